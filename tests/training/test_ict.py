@@ -110,6 +110,24 @@ def test_one_sentence_block_keeps_its_sentence_and_bad_input_raises():
         make_ict_example("T", "   ", rng)
     with pytest.raises(ValueError, match=r"in \[0, 1\], got 1.5"):
         make_ict_example("T", "A. B.", rng, remove_probability=1.5)
+    with pytest.raises(ValueError, match=r"title_query_probability must be in \[0, 1\], got -0.1"):
+        make_ict_example("T", "A. B.", rng, title_query_probability=-0.1)
+
+
+def test_title_as_pseudo_query_keeps_the_whole_block():
+    rng = random.Random(0)
+    text = "Lome is the capital. It lies on the coast. It is a port."
+    examples = [make_ict_example("Togo. Government. Capital", text, rng, title_query_probability=0.5)
+                for _ in range(2000)]  # fmt: skip
+    by_title = [example for example in examples if example[0] == "Togo. Government. Capital"]
+    assert 0.45 < len(by_title) / len(examples) < 0.55
+    assert all(example[1:] == ("Togo. Government. Capital", text, False) for example in by_title)
+    # Without a title the sentence rule applies, whatever the probability.
+    assert all(make_ict_example("", text, rng, title_query_probability=1.0)[0] in split_sentences(text)
+               for _ in range(50))  # fmt: skip
+    # 0 (the default) draws nothing extra: the random stream is ORQA's.
+    assert make_ict_example("T", text, random.Random(3)) == make_ict_example(
+        "T", text, random.Random(3), title_query_probability=0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

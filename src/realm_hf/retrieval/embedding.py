@@ -5,9 +5,8 @@ from collections.abc import Sequence
 import torch
 
 
-def encode_blocks(tokenizer, texts: Sequence[str], titles: Sequence[str] | None = None, max_length: int = 288) -> dict:
-    """Tokenizes blocks as `[CLS] title [SEP] text [SEP]`, or `[CLS] text [SEP]` where the title is empty or absent
-    (the REALM Hub corpus has no titles), padded to the longest block of the batch."""
+def _block_features(tokenizer, texts: Sequence[str], titles: Sequence[str] | None, max_length: int) -> list[dict]:
+    """One unpadded feature dict per block, `[CLS] title [SEP] text [SEP]` or `[CLS] text [SEP]` (no title)."""
     texts = list(texts)
     if titles is not None and len(titles) != len(texts):
         raise ValueError(f"titles must give one title per block: expected {len(texts)}, got {len(titles)}.")
@@ -23,7 +22,13 @@ def encode_blocks(tokenizer, texts: Sequence[str], titles: Sequence[str] | None 
         encoded = tokenizer([texts[i] for i in untitled], truncation=True, max_length=max_length)
         for position, index in enumerate(untitled):
             features[index] = {key: encoded[key][position] for key in encoded}
-    return tokenizer.pad(features, padding=True, return_tensors="pt")
+    return features
+
+
+def encode_blocks(tokenizer, texts: Sequence[str], titles: Sequence[str] | None = None, max_length: int = 288) -> dict:
+    """Tokenizes blocks as `[CLS] title [SEP] text [SEP]`, or `[CLS] text [SEP]` where the title is empty or absent
+    (the REALM Hub corpus has no titles), padded to the longest block of the batch."""
+    return tokenizer.pad(_block_features(tokenizer, texts, titles, max_length), padding=True, return_tensors="pt")
 
 
 @torch.no_grad()
@@ -49,18 +54,23 @@ def embed_blocks(
     """
     if titles is not None and len(titles) != len(texts):
         raise ValueError(f"titles must give one title per block: expected {len(texts)}, got {len(titles)}.")
+    features = _block_features(tokenizer, texts, titles, max_length)
+    # Batches of similar lengths (longest first) waste little on padding: on a corpus of mixed 30- and 130-word
+    # passages this embeds several times faster than batches in corpus order. Rows go back to corpus order below.
+    order = sorted(range(len(features)), key=lambda index: -len(features[index]["input_ids"]))
     was_training = embedder.training
     embedder.eval()
     try:
         chunks = []
-        for start in range(0, len(texts), batch_size):
-            stop = start + batch_size
-            encoded = encode_blocks(tokenizer, texts[start:stop], titles[start:stop] if titles is not None else None,
-                                    max_length=max_length)  # fmt: skip
+        for start in range(0, len(order), batch_size):
+            batch = [features[index] for index in order[start : start + batch_size]]
+            encoded = tokenizer.pad(batch, padding=True, return_tensors="pt")
             encoded = {key: value.to(embedder.device) for key, value in encoded.items()}
             chunks.append(embedder(**encoded).projected_score.float().cpu())
     finally:
         embedder.train(was_training)
     if not chunks:
         return torch.empty(0, embedder.config.retriever_proj_size)
-    return torch.cat(chunks)
+    embeddings = torch.empty(len(order), chunks[0].shape[1], dtype=chunks[0].dtype)
+    embeddings[torch.tensor(order)] = torch.cat(chunks)
+    return embeddings

@@ -54,7 +54,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def make_ict_example(
-    title: str, text: str, rng: random.Random, remove_probability: float = 0.9
+    title: str, text: str, rng: random.Random, remove_probability: float = 0.9, title_query_probability: float = 0.0
 ) -> tuple[str, str, str, bool]:
     r"""
     Makes one ICT example from a block: a random sentence as the pseudo-query and the block as its context.
@@ -64,6 +64,11 @@ def make_ict_example(
         text (`str`): the block's text, split with [`split_sentences`].
         rng (`random.Random`): the source of randomness (the sentence, then whether it is removed).
         remove_probability (`float`, defaults to 0.9): probability that the sentence is removed from the context.
+        title_query_probability (`float`, defaults to 0.0): probability that the pseudo-query is the block's title
+            instead of a sentence (the context then keeps title and text whole). 0 is ORQA's ICT. Structured records
+            (a factbook field such as "Togo. Government. Capital" whose text is one value) have one sentence, which
+            would be its own context's text; asking for the block by its title teaches the block encoder to keep what
+            the record is about, which is what questions name. Blocks without a title never use it.
 
     Returns:
         `(pseudo_query, context_title, context_text, removed)`. When `removed` is False the context text is `text`
@@ -71,8 +76,12 @@ def make_ict_example(
         context. ORQA drops such masked examples instead, which would make batch sizes vary; with real corpora
         (100-word blocks) they are rare.
     """
-    if not 0.0 <= remove_probability <= 1.0:
-        raise ValueError(f"remove_probability must be in [0, 1], got {remove_probability}.")
+    for name, probability in (("remove_probability", remove_probability),
+                              ("title_query_probability", title_query_probability)):  # fmt: skip
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {probability}.")
+    if title_query_probability > 0.0 and title.strip() and rng.random() < title_query_probability:
+        return title.strip(), title, text, False
     sentences = split_sentences(text)
     if not sentences:
         raise ValueError(f"expected a block with at least one sentence, got text {text!r} (title {title!r}).")
@@ -100,6 +109,9 @@ class ICTCollator:
     max_block_length: int = field(default=288, metadata={"help": "Wordpieces per context block (ORQA: 288)."})
     remove_probability: float = field(
         default=0.9, metadata={"help": "Probability that the pseudo-query sentence is removed from its block."}
+    )
+    title_query_probability: float = field(
+        default=0.0, metadata={"help": "Probability that the pseudo-query is the block's title (0: ORQA's ICT)."}
     )
     seed: int = field(default=0, metadata={"help": "Seed of the per-row sentence choice and removal."})
     document_store: Any = field(
@@ -130,7 +142,7 @@ class ICTCollator:
             key = f"id={row['id']}" if "id" in row else f"title={title}\ntext={text}"
             rng = random.Random(f"{self.seed}\n{key}")
             query, context_title, context_text, was_removed = make_ict_example(
-                title, text, rng, self.remove_probability
+                title, text, rng, self.remove_probability, self.title_query_probability
             )
             queries.append(query)
             context_titles.append(context_title)
