@@ -15,6 +15,7 @@ commands:
   ask    answer questions with a REALM open-QA model (a directory or a Hub repo id), printing the evidence
   index  build / add / offload / eval: your corpus as a block-embedding index (see `realm-hf index --help`)
   evaluate  exact match, official EM, F1, reader oracle and recall@k on a JSONL question set
+  train  fine-tune a RealmForOpenQA model on question/answer pairs with the Trainer (ORQA recipe)
   push   upload a model directory (model, tokenizer, block records, index, model card) to the Hub in one commit
 
 examples:
@@ -153,10 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .evaluate import add_parser as add_evaluate_parser
     from .index import add_parser as add_index_parser
     from .push import add_parser as add_push_parser
+    from .train import add_parser as add_train_parser
 
     add_index_parser(subparsers)
     add_evaluate_parser(subparsers)
     add_push_parser(subparsers)
+    add_train_parser(subparsers)
     return parser
 
 

@@ -987,8 +987,8 @@ class RealmForOpenQA(RealmPreTrainedModel):
             input_ids (`torch.LongTensor` of shape `(B, L)`): tokenized questions (`[CLS] question [SEP]`), padded.
             attention_mask, token_type_ids (`torch.LongTensor` of shape `(B, L)`, *optional*): for the question encoder.
             answer_ids (*optional*): gold answers as wordpiece ids without special tokens. For one question, a list of
-                answers (`list[list[int]]`, as in 4.x); for B questions, a list of B such lists. With answers the
-                output carries the losses.
+                answers (`list[list[int]]`, as in 4.x); for B questions, a list of B such lists, or a `(B, A, T)`
+                LongTensor padded with -1. With answers the output carries the losses.
 
         Returns:
             `RealmForOpenQAOutput`, or `(reader_output, predicted_answer_ids)` with `return_dict=False`.
@@ -1115,6 +1115,17 @@ def _answers_per_question(answer_ids, batch_size: int) -> list:
     """Normalises `answer_ids` to one list of answers (each a list of ids) per question, or `[None] * batch_size`."""
     if answer_ids is None:
         return [None] * batch_size
+    if isinstance(answer_ids, torch.Tensor) and answer_ids.dim() == 3:
+        if answer_ids.shape[0] != batch_size:
+            raise ValueError(
+                f"answer_ids of shape {tuple(answer_ids.shape)} holds answers for {answer_ids.shape[0]} questions; "
+                f"expected {batch_size} (one row per question, padded with -1)."
+            )
+        # (B, A, T) padded with -1 (as `OpenQACollator` makes them): drop the padding and the all-padding answers.
+        return [
+            [[token for token in answer if token >= 0] for answer in answers if any(token >= 0 for token in answer)]
+            for answers in answer_ids.tolist()
+        ]
     if isinstance(answer_ids, torch.Tensor):
         answer_ids = answer_ids.tolist()
     answer_ids = list(answer_ids)

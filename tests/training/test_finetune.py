@@ -1,0 +1,189 @@
+"""Open-QA fine-tuning with the Trainer: collator, per-question losses, what trains and what stays frozen, the best
+dev checkpoint, `realm-hf train`, and a 2-process (gloo) run equal to one process over the same global batch."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
+from realm_hf.demo import ensure_demo_model
+from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever, tokenize_corpus
+from realm_hf.training import (
+    OpenQACollator,
+    OpenQATrainer,
+    answers_of,
+    freeze_unused_parameters,
+    num_update_steps,
+    orqa_training_arguments,
+    orqa_warmup_steps,
+)
+
+# Questions about the demo corpus (16 passages); every answer is written in one passage.
+TRAIN = [
+    {"question": "What is the capital of France?", "answers": ["Paris"]},
+    {"question": "What is the capital of Germany?", "answers": ["Berlin"]},
+    {"question": "Who wrote Hamlet?", "answer": "William Shakespeare"},
+    {"question": "What is the largest planet?", "answers": ["Jupiter", "Jupiter is"]},
+]
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory) -> Path:
+    """The demo model without dropout (deterministic runs) and with widely spread weights: a fresh random BERT maps
+    every text to nearly the same vector, so retrieval scores would tie to 1e-4 and float noise would pick the blocks.
+    """
+    directory = ensure_demo_model(tmp_path_factory.mktemp("demo"))
+    model = RealmForOpenQA.from_pretrained(directory, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.2)
+        model.block_emb.normal_()
+    model.save_pretrained(directory)
+    return directory
+
+
+def _load(demo_dir: Path, tmp_path: Path) -> tuple[RealmForOpenQA, RealmTokenizer]:
+    tokenizer = RealmTokenizer.from_pretrained(demo_dir)
+    records = RealmRetriever.from_pretrained(demo_dir).block_records
+    blocks = PreTokenizedBlocks.open(tokenize_corpus(tokenizer, records, tmp_path / "blocks.safetensors"))
+    retriever = PreTokenizedRetriever(blocks, tokenizer, block_records=records)
+    return RealmForOpenQA.from_pretrained(demo_dir, retriever=retriever), tokenizer
+
+
+def test_collator_pads_answers_with_minus_one_and_reads_both_layouts(demo_dir):
+    tokenizer = RealmTokenizer.from_pretrained(demo_dir)
+    batch = OpenQACollator(tokenizer)(TRAIN)
+    assert batch["input_ids"].shape[0] == 4 and batch["attention_mask"].shape == batch["input_ids"].shape
+    answer_ids = batch["answer_ids"]
+    assert answer_ids.shape[:2] == (4, 2)  # the most answers of a row
+    paris = tokenizer("Paris", add_special_tokens=False).input_ids
+    assert answer_ids[0, 0, : len(paris)].tolist() == paris and (answer_ids[0, 1] == -1).all()
+    assert (answer_ids[2, 0] >= 0).sum() == len(tokenizer("William Shakespeare", add_special_tokens=False).input_ids)
+    assert answers_of({"answer": ["a", "b"]}) == ["a", "b"] and answers_of({"answers": "x"}) == ["x"]
+    with pytest.raises(ValueError, match=r"expected a row with 'answers' or 'answer', received keys \['question'\]"):
+        OpenQACollator(tokenizer)([{"question": "no answer?"}])
+    with pytest.raises(ValueError, match="non-empty 'question' string, received"):
+        OpenQACollator(tokenizer)([{"query": "x", "answers": ["y"]}])
+    assert "answer_ids" not in OpenQACollator(tokenizer, with_answers=False)([{"question": "Who?"}])
+
+
+def test_batch_loss_is_the_mean_of_per_question_losses(demo_dir, tmp_path):
+    model, tokenizer = _load(demo_dir, tmp_path)
+    model.train()
+    collator = OpenQACollator(tokenizer)
+    trainer = OpenQATrainer(model=model, args=orqa_training_arguments(str(tmp_path / "out"), max_steps=1),
+                            eval_dataset=TRAIN, data_collator=collator)  # fmt: skip
+    batched = trainer.compute_loss(model, collator(TRAIN))
+    singles = [trainer.compute_loss(model, collator([row])) for row in TRAIN]
+    assert torch.allclose(batched, torch.stack(singles).mean(), atol=1e-5)
+    assert batched > 0
+
+
+def test_training_updates_question_encoder_and_reader_only_and_keeps_the_best_checkpoint(demo_dir, tmp_path):
+    model, tokenizer = _load(demo_dir, tmp_path)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    args = orqa_training_arguments(str(tmp_path / "out"), max_steps=24, eval_steps=6, learning_rate=3e-3,
+                                   per_device_train_batch_size=4, warmup_steps=0, disable_tqdm=True)  # fmt: skip
+    trainer = OpenQATrainer(model=model, args=args, train_dataset=TRAIN, eval_dataset=TRAIN,
+                            data_collator=OpenQACollator(tokenizer))  # fmt: skip
+    initial = trainer.evaluate()
+    trainer.train()
+    history = [entry for entry in trainer.state.log_history if "eval_exact_match" in entry]
+    best = max(entry["eval_exact_match"] for entry in history)
+    assert best > initial["eval_exact_match"]  # it learns the training questions
+    assert trainer.state.best_model_checkpoint is not None
+    assert trainer.evaluate()["eval_exact_match"] == best  # the best checkpoint is the one loaded at the end
+
+    after = model.state_dict()
+    assert torch.equal(after["block_emb"], before["block_emb"])  # block embeddings are frozen
+    changed = {name for name in before if not torch.equal(after[name], before[name])}
+    assert any(name.startswith("embedder.realm.") for name in changed)  # question encoder trains
+    assert any(name.startswith("reader.realm.") for name in changed) and "reader.qa_outputs.dense_output.weight" in changed
+    assert not any(name.startswith(("embedder.cls.predictions.", "reader.cls.", "reader.realm.pooler.")) for name in changed)
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logged and all("retriever_loss" in entry and "reader_loss" in entry for entry in logged)
+
+
+def test_orqa_settings_and_step_arithmetic(tmp_path):
+    assert [orqa_warmup_steps(n) for n in (50, 500, 5_000, 200_000)] == [50, 100, 500, 10_000]
+    args = orqa_training_arguments(str(tmp_path), max_steps=3000)
+    assert (args.learning_rate, args.weight_decay, args.max_grad_norm, args.warmup_steps) == (1e-5, 0.01, 1.0, 300)
+    assert args.metric_for_best_model == "exact_match" and args.load_best_model_at_end and args.eval_steps == 300
+    assert num_update_steps(100, 8, 2) == 26 and num_update_steps(100, 8, 0.5, world_size=2) == 4
+    with pytest.raises(ValueError, match="max_steps must be >= 1, received 0"):
+        orqa_training_arguments(str(tmp_path), max_steps=0)
+
+
+def test_unused_heads_are_frozen_and_nothing_shared_with_used_weights(demo_dir):
+    model = RealmForOpenQA.from_pretrained(demo_dir)
+    frozen = freeze_unused_parameters(model)
+    assert frozen and all(name.startswith(("embedder.cls.predictions.", "reader.cls.", "reader.realm.pooler."))
+                          for name in frozen)  # fmt: skip
+    assert model.embedder.realm.embeddings.word_embeddings.weight.requires_grad  # tied or not, it still trains
+
+
+def test_trainer_rejects_a_dataset_without_answers_and_dropped_columns(demo_dir, tmp_path):
+    model, tokenizer = _load(demo_dir, tmp_path)
+    args = orqa_training_arguments(str(tmp_path / "out"), max_steps=1)
+    trainer = OpenQATrainer(model=model, args=args, eval_dataset=TRAIN, processing_class=tokenizer)
+    assert isinstance(trainer.data_collator, OpenQACollator)
+    with pytest.raises(ValueError, match="need 'answers'"):
+        trainer.evaluate([{"question": "Who?"}])
+    with pytest.raises(ValueError, match="remove_unused_columns=False"):
+        OpenQATrainer(model=model, args=orqa_training_arguments(str(tmp_path / "o2"), max_steps=1,
+                                                                remove_unused_columns=True),
+                      eval_dataset=TRAIN, processing_class=tokenizer)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# realm-hf train, in one and in two processes
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _train_command(demo_dir: Path, data: Path, output: Path, batch_size: int) -> list[str]:
+    return ["-m", "realm_hf.cli", "train", "--model", str(demo_dir), "--train-file", str(data), "--dev-file",
+            str(data), "--output-dir", str(output), "--max-steps", "2", "--batch-size", str(batch_size),
+            "--learning-rate", "0.05", "--optim", "sgd", "--eval-steps", "2", "--quiet", "--seed", "0"]  # fmt: skip
+
+
+def test_cli_train_two_processes_equal_one_process_over_the_same_global_batch(demo_dir, tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in TRAIN))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    one = subprocess.run([sys.executable, *_train_command(demo_dir, data, tmp_path / "one", 4)],
+                         capture_output=True, text=True, env=env)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                str(_free_port())]  # fmt: skip
+    two = subprocess.run([*launcher, *_train_command(demo_dir, data, tmp_path / "two", 2)],
+                         capture_output=True, text=True, env=env)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+
+    single, double = (load_file(tmp_path / name / "model.safetensors") for name in ("one", "two"))
+    start = load_file(demo_dir / "model.safetensors")
+    assert single.keys() == double.keys()
+    # Two steps (the first at warm-up lr 0), each over all 4 questions: 4 x 1 process or 2 x 2 processes. Plain SGD:
+    # Adam's first steps move every weight by about +-lr whatever its gradient's size, so float noise in a near-zero
+    # gradient would flip whole updates; SGD's update is proportional to the gradient that DDP averages.
+    assert any(not torch.equal(single[name], start[name]) for name in single)
+    for name in single:
+        assert torch.allclose(single[name], double[name], atol=1e-6), name
+    results = [json.loads((tmp_path / name / "train_results.json").read_text()) for name in ("one", "two")]
+    assert results[0]["global_step"] == results[1]["global_step"] == 2
+    assert results[0]["dev"]["eval_examples"] == results[1]["dev"]["eval_examples"] == 4  # gathered from both ranks
+    assert results[0]["dev"]["eval_exact_match"] == results[1]["dev"]["eval_exact_match"]
+    # The output answers questions as it is: model, tokenizer and the model's own block records.
+    assert (tmp_path / "one" / "vocab.txt").is_file() and any((tmp_path / "one").glob("block_records*"))
