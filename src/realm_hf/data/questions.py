@@ -492,7 +492,7 @@ def build_elements_questions() -> list[dict[str, Any]]:
 # files
 
 
-def write_question_sets(directory: str | os.PathLike, seed: int = 0) -> dict[str, Path]:
+def write_question_sets(directory: str | os.PathLike, seed: int = 0, tokenizer=None) -> dict[str, Path]:
     """Write the factbook questions split by country ([`split_by_country`]) and the elements questions as JSON Lines.
 
     Each file is written under a temporary name and renamed into place.
@@ -502,13 +502,17 @@ def write_question_sets(directory: str | os.PathLike, seed: int = 0) -> dict[str
             Where to write `train.jsonl`, `dev.jsonl`, `test.jsonl` and `elements.jsonl`; created if missing.
         seed (`int`, *optional*, defaults to 0):
             Passed to [`split_by_country`].
+        tokenizer (*optional*):
+            The reader's tokenizer: factbook answers longer than the reader's widest span are dropped
+            ([`build_factbook_questions`]).
 
     Returns:
         `dict[str, Path]`: `{"train", "dev", "test", "elements"}` -> the file written.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    sets = {**split_by_country(build_factbook_questions(), seed=seed), "elements": build_elements_questions()}
+    factbook = build_factbook_questions(tokenizer=tokenizer)
+    sets = {**split_by_country(factbook, seed=seed), "elements": build_elements_questions()}
     paths = {}
     for name, rows in sets.items():
         path = directory / f"{name}.jsonl"

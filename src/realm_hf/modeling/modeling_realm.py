@@ -893,6 +893,22 @@ class RealmForOpenQA(RealmPreTrainedModel):
         _, retrieved_block_ids = torch.topk(batch_scores, k=self.searcher_beam_size, dim=-1)  # (B, K)
         return retrieved_block_ids, self.block_emb[retrieved_block_ids]
 
+    @torch.no_grad()
+    def _given_blocks(self, block_ids, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Checks caller-chosen block ids `(B, K)` and looks up their embeddings (for the retrieval logits)."""
+        block_ids = torch.as_tensor(block_ids, dtype=torch.long).cpu()
+        num_blocks = self.searcher.num_blocks if self.searcher is not None else self.block_emb.shape[0]
+        if block_ids.dim() != 2 or block_ids.shape[0] != batch_size or block_ids.shape[1] < self.config.reader_beam_size:
+            raise ValueError(
+                f"retrieved_block_ids must have shape (batch_size={batch_size}, K >= reader_beam_size="
+                f"{self.config.reader_beam_size}), got {tuple(block_ids.shape)}."
+            )
+        if block_ids.min() < 0 or block_ids.max() >= num_blocks:
+            raise ValueError(f"retrieved_block_ids must lie in [0, {num_blocks}), got {block_ids.min()}..{block_ids.max()}.")
+        if self.searcher is not None:
+            return block_ids, torch.as_tensor(self.searcher.embeddings(block_ids)).float()
+        return block_ids, self.block_emb[block_ids.to(self.block_emb.device)]
+
     @property
     def searcher_beam_size(self) -> int:
         """Blocks retrieved per question: `config.searcher_beam_size` in training, `config.reader_beam_size` in eval."""
@@ -939,6 +955,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         token_type_ids: torch.LongTensor | None,
         answers_per_question: list,
         min_seq_len: int = 0,
+        retrieved_block_ids: torch.LongTensor | None = None,
     ):
         """Embeds the questions, retrieves `K` blocks each and pairs them into reader inputs.
 
@@ -952,7 +969,10 @@ class RealmForOpenQA(RealmPreTrainedModel):
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
         ).projected_score  # (B, D)
 
-        retrieved_block_ids, retrieved_block_emb = self._search(question_embedding)  # (B, K), (B, K, D)
+        if retrieved_block_ids is None:
+            retrieved_block_ids, retrieved_block_emb = self._search(question_embedding)  # (B, K), (B, K, D)
+        else:
+            retrieved_block_ids, retrieved_block_emb = self._given_blocks(retrieved_block_ids, batch_size)
 
         reader_device = self.reader.device
         per_question = [
@@ -981,6 +1001,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         answer_ids: list | None = None,
         return_dict: bool | None = None,
+        retrieved_block_ids: torch.LongTensor | None = None,
     ) -> RealmForOpenQAOutput | tuple:
         r"""
         Args:
@@ -989,6 +1010,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
             answer_ids (*optional*): gold answers as wordpiece ids without special tokens. For one question, a list of
                 answers (`list[list[int]]`, as in 4.x); for B questions, a list of B such lists, or a `(B, A, T)`
                 LongTensor padded with -1. With answers the output carries the losses.
+            retrieved_block_ids (`torch.LongTensor` of shape `(B, K)`, *optional*): read these blocks (best first, K >=
+                `reader_beam_size`) instead of searching, e.g. the top blocks of another retriever such as BM25. The
+                reader still adds the question-block inner product of the model's own embeddings to span scores.
 
         Returns:
             `RealmForOpenQAOutput`, or `(reader_output, predicted_answer_ids)` with `return_dict=False`.
@@ -1010,7 +1034,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
         batch_size = input_ids.shape[0]
         answers_per_question = _answers_per_question(answer_ids, batch_size)
         retrieved_block_ids, retrieved_logits, reader_inputs, block_mask, labels = self._retrieve_and_pair(
-            input_ids, attention_mask, token_type_ids, answers_per_question
+            input_ids, attention_mask, token_type_ids, answers_per_question, retrieved_block_ids=retrieved_block_ids
         )
         reader_device = self.reader.device
         num_read = self.config.reader_beam_size

