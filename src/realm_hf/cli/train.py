@@ -62,7 +62,13 @@ def cmd_train(args) -> int:
 
     from realm_hf import RealmForOpenQA, RealmTokenizer
     from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever, tokenize_corpus
-    from realm_hf.training import OpenQACollator, OpenQATrainer, num_update_steps, orqa_training_arguments
+    from realm_hf.training import (
+        OpenQACollator,
+        OpenQATrainer,
+        freeze_word_embeddings,
+        num_update_steps,
+        orqa_training_arguments,
+    )
 
     output = Path(args.output_dir)
     try:
@@ -105,6 +111,8 @@ def cmd_train(args) -> int:
                                                       ("reader_beam_size", args.reader_beam_size)) if value}  # fmt: skip
     model = RealmForOpenQA.from_pretrained(args.model, retriever=retriever, searcher=searcher, dtype=torch.float32,
                                            **config_overrides)  # fmt: skip
+    if args.freeze_word_embeddings:
+        freeze_word_embeddings(model)
     trainer = OpenQATrainer(
         model=model, args=training_args, train_dataset=train_rows, eval_dataset=dev_rows, processing_class=tokenizer,
         data_collator=OpenQACollator(tokenizer, max_question_length=args.max_question_length),
@@ -161,6 +169,8 @@ def add_parser(subparsers) -> None:
     train.add_argument("--max-block-length", type=positive_int, default=288, help="wordpieces kept per block")
     train.add_argument("--save-total-limit", type=positive_int, default=2, help="checkpoints kept (default: 2)")
     train.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
+    train.add_argument("--freeze-word-embeddings", action="store_true",
+                       help="keep both encoders' word embeddings fixed (small training sets; not ORQA's recipe)")
     train.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is available")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
