@@ -169,7 +169,7 @@ def stage_finetune(args) -> None:
         str(questions / "dev.jsonl"), "--output-dir", str(output), "--num-epochs", str(args.epochs), "--batch-size",
         str(args.batch_size), "--learning-rate", str(args.learning_rate), "--eval-steps", str(args.eval_steps),
         "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
-        "--logging-steps", "10", "--freeze-word-embeddings",
+        "--logging-steps", "10", "--freeze-word-embeddings", "--warmup-steps", str(args.warmup_steps),
     ])  # fmt: skip
     if code != 0:
         raise SystemExit(f"realm-hf train failed with exit code {code}")
@@ -378,10 +378,11 @@ def main(argv=None) -> None:
     parser.add_argument("--ict-steps", type=int, default=160)
     parser.add_argument("--ict-batch-size", type=int, default=64)
     parser.add_argument("--reader-seq-len", type=int, default=160, help="wordpieces per question + block pair")
-    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=8, help="questions per fine-tuning step")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--eval-steps", type=int, default=65)
+    parser.add_argument("--eval-steps", type=int, default=49)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     random.seed(args.seed)

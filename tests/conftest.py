@@ -9,9 +9,12 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ["HF_HOME"] = _SESSION_HOME
 os.environ["HF_HUB_CACHE"] = os.path.join(_SESSION_HOME, "hub")
+os.environ["REALM_HF_HOME"] = os.path.join(_SESSION_HOME, "realm_hf")  # demo model and corpus caches
 os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"
 
 import shutil  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -74,3 +77,12 @@ def seed_hub_cache(repo_id: str, source_dir: Path, revision: str = "0" * 40) -> 
     (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
     (repo_dir / "refs" / "main").write_text(revision)
     return snapshot
+
+
+def torchrun(nproc: int = 2) -> list[str]:
+    """The command prefix that runs a script or `-m module` as `nproc` local processes (gloo on CPU), on a free port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
+            "127.0.0.1", "--master_port", str(port)]  # fmt: skip

@@ -441,11 +441,9 @@ def make_model_card(
         usage += _index_usage(kind, index_path)
     usage = usage.replace("{model_id}", model_id)
 
-    evaluation = None
-    if eval_results:
-        evaluation = evaluation_table(eval_results)
-        if evaluation_notes:
-            evaluation += "\n\n" + evaluation_notes
+    # A measured table of one's own (evaluation_notes) stands alone when there are no paper scores to quote.
+    sections = [evaluation_table(eval_results) if eval_results else None, evaluation_notes]
+    evaluation = "\n\n".join(section for section in sections if section) or None
 
     return ModelCard.from_template(
         card_data,

@@ -4,14 +4,13 @@ import importlib.util
 import itertools
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import torchrun
 
 from realm_hf.retrieval.distributed import ShardedSearcher, merge_search_results, shard_ranges
 from realm_hf.retrieval.index_files import shard_file_name, write_embedding_shard, write_manifest
@@ -75,12 +74,6 @@ def write_index(directory: Path, embeddings: torch.Tensor, shard_counts: list[in
         },
     )
     return directory
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -266,10 +259,7 @@ def test_two_ranks_match_single_process_brute_force(tmp_path):
     one_shard_index = write_index(tmp_path / "one_shard", torch.randn(9, 16, generator=generator), [9])
     output_dir = tmp_path / "results"
     output_dir.mkdir()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-        "--master_port", str(free_port()), str(WORKER), str(output_dir), str(three_shard_index), str(one_shard_index),
-    ]  # fmt: skip
+    command = [*torchrun(2), str(WORKER), str(output_dir), str(three_shard_index), str(one_shard_index)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -3,21 +3,15 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import torchrun
 
 from realm_hf.demo import ensure_demo_model
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _shard_bytes(directory: Path) -> dict[str, bytes]:
@@ -38,9 +32,7 @@ def test_two_process_build_equals_one_process(tmp_path):
     single = subprocess.run([sys.executable, *_build_command(model, corpus, tmp_path / "one", 16)],
                             capture_output=True, text=True, env=env)  # fmt: skip
     assert single.returncode == 0, single.stderr[-3000:]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                str(_free_port())]  # fmt: skip
-    double = subprocess.run([*launcher, *_build_command(model, corpus, tmp_path / "two", 16)],
+    double = subprocess.run([*torchrun(2), *_build_command(model, corpus, tmp_path / "two", 16)],
                             capture_output=True, text=True, env=env)  # fmt: skip
     assert double.returncode == 0, double.stderr[-3000:]
     assert double.stdout.count("indexed 70 blocks") == 1  # only the main process reports

@@ -3,13 +3,13 @@ dev checkpoint, `realm-hf train`, and a 2-process (gloo) run equal to one proces
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import torchrun
 from safetensors.torch import load_file
 
 from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
@@ -163,12 +163,6 @@ def test_trainer_rejects_a_dataset_without_answers_and_dropped_columns(demo_dir,
 # realm-hf train, in one and in two processes
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _train_command(demo_dir: Path, data: Path, output: Path, batch_size: int) -> list[str]:
     return ["-m", "realm_hf.cli", "train", "--model", str(demo_dir), "--train-file", str(data), "--dev-file",
             str(data), "--output-dir", str(output), "--max-steps", "2", "--batch-size", str(batch_size),
@@ -182,9 +176,7 @@ def test_cli_train_two_processes_equal_one_process_over_the_same_global_batch(de
     one = subprocess.run([sys.executable, *_train_command(demo_dir, data, tmp_path / "one", 4)],
                          capture_output=True, text=True, env=env)  # fmt: skip
     assert one.returncode == 0, one.stderr[-3000:]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                str(_free_port())]  # fmt: skip
-    two = subprocess.run([*launcher, *_train_command(demo_dir, data, tmp_path / "two", 2)],
+    two = subprocess.run([*torchrun(2), *_train_command(demo_dir, data, tmp_path / "two", 2)],
                          capture_output=True, text=True, env=env)  # fmt: skip
     assert two.returncode == 0, two.stderr[-3000:]
 

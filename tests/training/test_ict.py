@@ -4,16 +4,14 @@ two-encoder model, its checkpoints and a short Trainer run."""
 import json
 import os
 import random
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
+from conftest import tiny_config, torchrun
 from transformers import TrainingArguments
 
 from realm_hf import RealmEmbedder, RealmTokenizer
@@ -203,13 +201,7 @@ def test_ict_accuracy_counts_queries_whose_own_block_wins():
 
 
 def test_two_ranks_gather_the_global_batch(tmp_path):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-        "--master_port", str(port), str(WORKER), str(tmp_path),
-    ]  # fmt: skip
+    command = [*torchrun(2), str(WORKER), str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
                             timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

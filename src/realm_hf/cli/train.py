@@ -88,6 +88,8 @@ def cmd_train(args) -> int:
                  "disable_tqdm": args.quiet, "optim": args.optim, "use_cpu": not torch.cuda.is_available() or args.cpu}  # fmt: skip
     if args.logging_steps:
         overrides["logging_steps"] = args.logging_steps
+    if args.warmup_steps is not None:
+        overrides["warmup_steps"] = args.warmup_steps
     if dev_rows is None:
         overrides.update({"eval_strategy": "no", "load_best_model_at_end": False, "metric_for_best_model": None})
     training_args = orqa_training_arguments(str(output), max_steps, eval_steps=eval_steps, **overrides)
@@ -157,6 +159,8 @@ def add_parser(subparsers) -> None:
     train.add_argument("--batch-size", type=positive_int, default=8, help="questions per step per process (default: 8)")
     train.add_argument("--eval-batch-size", type=positive_int, default=16, help="questions per evaluation batch")
     train.add_argument("--learning-rate", type=float, default=1e-5, help="peak learning rate (ORQA: 1e-5)")
+    train.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default: ORQA's min(10000, max(100, "
+                                                        "steps / 10)))")  # fmt: skip
     train.add_argument("--optim", default="adamw_torch", help="a TrainingArguments optimizer name (default: "
                                                               "adamw_torch, ORQA's AdamW)")  # fmt: skip
     train.add_argument("--eval-steps", type=positive_int, help="steps between evaluations/checkpoints "
