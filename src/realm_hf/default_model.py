@@ -29,7 +29,7 @@ DEFAULT_QUESTIONS = [
     "What is the currency of Japan?",
     "What is the highest point in Nepal?",
     "When did Ghana become independent?",
-    "What is the atomic number of argon?",
+    "Who wrote Hamlet?",
 ]
 # Corpus builders a corpus.json may name; nothing else is imported from it.
 CORPUS_BUILDERS = {"realm_hf.data.corpora.build_offline_corpus"}

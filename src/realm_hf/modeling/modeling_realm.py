@@ -1000,7 +1000,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
             )
             for index in range(batch_size)
         ]
-        reader_inputs, labels = _stack_reader_inputs(per_question, answers_per_question[0] is not None, min_seq_len)
+        reader_inputs, labels = _stack_reader_inputs(
+            per_question, answers_per_question[0] is not None, min_seq_len, num_read=self.config.reader_beam_size
+        )
         reader_inputs = {key: value.to(reader_device) for key, value in reader_inputs.items()}
         block_mask = reader_inputs["special_tokens_mask"].bool().logical_not() & reader_inputs["token_type_ids"].bool()
 
@@ -1190,31 +1192,52 @@ def _answers_per_question(answer_ids, batch_size: int) -> list:
     )
 
 
-def _stack_reader_inputs(per_question: list, with_answers: bool, min_seq_len: int = 0) -> tuple[dict, dict | None]:
-    """Pads the retriever's per-question reader inputs to one `(B, K, L)` batch (`L >= min_seq_len`); labels to
-    `(B, K, A)`."""
+def _stack_reader_inputs(
+    per_question: list, with_answers: bool, min_seq_len: int = 0, num_read: int | None = None
+) -> tuple[dict, dict | None]:
+    """Pads the retriever's per-question reader inputs of the first `num_read` blocks (all when `None`) to one
+    `(B, R, L)` batch (`L >= min_seq_len`, the longest of those blocks); labels: `has_answers` `(B, K)` for every
+    retrieved block, answer positions `(B, R, A)`.
+
+    Only the blocks the reader reads are stacked: in training K is `searcher_beam_size` (5000), and padding 5000 rows
+    per question to one length would move hundreds of MB per step for nothing."""
     encodings = [result[3] for result in per_question]
-    seq_len = max(min_seq_len, *(encoding["input_ids"].shape[-1] for encoding in encodings))
+    rows_kept = slice(None) if num_read is None else slice(0, num_read)
+    seq_len = max(
+        min_seq_len,
+        *(_used_length(torch.as_tensor(encoding["attention_mask"])[rows_kept]) for encoding in encodings),
+    )
     pad_values = {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
     reader_inputs = {}
     for key, pad_value in pad_values.items():
-        rows = [torch.as_tensor(encoding[key]) for encoding in encodings]
-        reader_inputs[key] = torch.stack(
-            [nn.functional.pad(row, (0, seq_len - row.shape[-1]), value=pad_value) for row in rows]
-        )
+        rows = [_fit_length(torch.as_tensor(encoding[key])[rows_kept], seq_len, pad_value) for encoding in encodings]
+        reader_inputs[key] = torch.stack(rows)
     if not with_answers:
         return reader_inputs, None
 
     has_answers = torch.stack([torch.as_tensor(result[0], dtype=torch.bool) for result in per_question])  # (B, K)
     positions = {}
     for key, column in (("start_positions", 1), ("end_positions", 2)):
-        rows = [torch.as_tensor(result[column], dtype=torch.long) for result in per_question]
+        rows = [torch.as_tensor(result[column], dtype=torch.long)[rows_kept] for result in per_question]
         rows = [row if row.dim() == 2 else row.view(row.shape[0], 0) for row in rows]
         max_answers = max(row.shape[-1] for row in rows)
         positions[key] = torch.stack(
             [nn.functional.pad(row, (0, max_answers - row.shape[-1]), value=-1) for row in rows]
         )  # (B, K, A)
     return reader_inputs, {"has_answers": has_answers, **positions}
+
+
+def _used_length(attention_mask: torch.Tensor) -> int:
+    """Columns up to the last one any row attends to (with left padding: all of them)."""
+    used = attention_mask.bool().any(0).nonzero()
+    return int(used.max()) + 1 if used.numel() else 0
+
+
+def _fit_length(rows: torch.Tensor, length: int, pad_value: int) -> torch.Tensor:
+    """`(R, L0)` rows padded, or cut where only padding columns are cut ([`_used_length`]), to `(R, length)`."""
+    if rows.shape[-1] >= length:
+        return rows[..., :length]
+    return nn.functional.pad(rows, (0, length - rows.shape[-1]), value=pad_value)
 
 
 __all__ = [
