@@ -150,7 +150,7 @@ def test_elements_questions(elements_questions, corpus):
 @needs_packages
 def test_write_question_sets_round_trips(tmp_path, monkeypatch, factbook_questions, elements_questions):
     # Reuse the built rows: this test is about the files.
-    monkeypatch.setattr(questions, "build_factbook_questions", lambda: factbook_questions)
+    monkeypatch.setattr(questions, "build_factbook_questions", lambda tokenizer=None: factbook_questions)
     monkeypatch.setattr(questions, "build_elements_questions", lambda: elements_questions)
     paths = questions.write_question_sets(tmp_path / "questions")
     assert set(paths) == {"train", "dev", "test", "elements"}
