@@ -171,6 +171,10 @@ class OpenQATrainer(Trainer):
     tokenizer). Datasets keep their columns (`remove_unused_columns=False`).
     """
 
+    # The loss is a mean over the batch's questions, not normalised by `num_items_in_batch`: the Trainer divides it by
+    # the gradient-accumulation steps.
+    loss_is_scaled_for_ga = False
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not isinstance(self.data_collator, OpenQACollator):
