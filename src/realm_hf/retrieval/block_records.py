@@ -359,8 +359,27 @@ def save_block_records(records: Iterable[bytes | str] | np.ndarray, path: str | 
     return path
 
 
-def _read_safetensors_layout(fp: io.BufferedIOBase, file_size: int, source_name: str) -> tuple[int, dict[str, Any]]:
-    """Parse and validate the header; returns (start of the data section, header dict)."""
+def read_ragged_layout(
+    fp: io.BufferedIOBase,
+    file_size: int,
+    source_name: str,
+    *,
+    file_format: str,
+    version: str,
+    description: str,
+    tensors: tuple[tuple[str, str, int], ...],
+    count_key: str,
+) -> tuple[int, dict[str, Any]]:
+    """Parse and validate the header of one of realm_hf's ragged safetensors files: 1-D tensors, one of them
+    `offsets` (`count + 1` int64 entries), with metadata `format`, `version` and `count_key` (the count as a string).
+    Used for block records and pre-tokenized blocks. Returns `(start of the data section, header dict)`.
+
+    Args:
+        file_format, version: the expected metadata `format` and `version`.
+        description: the file kind, for error messages (e.g. "block records").
+        tensors: `(name, safetensors dtype, item size)` of every tensor the file must hold, and no other.
+        count_key: the metadata key holding the number of entries (`offsets` holds one more).
+    """
     if file_size < 8:
         raise ValueError(
             f"{source_name} is truncated: expected at least 8 bytes (header length), received {file_size}"
@@ -381,21 +400,20 @@ def _read_safetensors_layout(fp: io.BufferedIOBase, file_size: int, source_name:
     metadata = header.get("__metadata__")
     if not isinstance(metadata, dict):
         metadata = {}
-    if metadata.get("format") != BLOCK_RECORDS_FORMAT:
+    if metadata.get("format") != file_format:
         raise ValueError(
-            f"{source_name}: expected safetensors metadata format {BLOCK_RECORDS_FORMAT!r}, received "
-            f"{metadata.get('format')!r}"
+            f"{source_name}: expected safetensors metadata format {file_format!r}, received {metadata.get('format')!r}"
         )
-    if metadata.get("version") != BLOCK_RECORDS_FORMAT_VERSION:
+    if metadata.get("version") != version:
         raise ValueError(
-            f"{source_name}: expected block records format version {BLOCK_RECORDS_FORMAT_VERSION!r}, received "
-            f"{metadata.get('version')!r}"
+            f"{source_name}: expected {description} format version {version!r}, received {metadata.get('version')!r}"
         )
     tensor_names = sorted(key for key in header if key != "__metadata__")
-    if tensor_names != ["data", "offsets"]:
-        raise ValueError(f"{source_name}: expected tensors ['data', 'offsets'], received {tensor_names}")
+    expected_names = sorted(name for name, _, _ in tensors)
+    if tensor_names != expected_names:
+        raise ValueError(f"{source_name}: expected tensors {expected_names}, received {tensor_names}")
 
-    for name, dtype, itemsize in (("data", "U8", 1), ("offsets", "I64", 8)):
+    for name, dtype, itemsize in tensors:
         info = header[name]
         if not isinstance(info, dict):
             info = {}
@@ -412,14 +430,14 @@ def _read_safetensors_layout(fp: io.BufferedIOBase, file_size: int, source_name:
                 f"its data_offsets {span} span {span[1] - span[0]}"
             )
 
-    num_records = header["offsets"]["shape"][0] - 1
-    if num_records < 0 or metadata.get("num_records") != str(num_records):
+    count = header["offsets"]["shape"][0] - 1
+    if count < 0 or metadata.get(count_key) != str(count):
         raise ValueError(
-            f"{source_name} is corrupt: metadata num_records is {metadata.get('num_records')!r}, the offsets tensor "
-            f"holds {num_records + 1} entries (expected num_records + 1)"
+            f"{source_name} is corrupt: metadata {count_key} is {metadata.get(count_key)!r}, the offsets tensor "
+            f"holds {count + 1} entries (expected {count_key} + 1)"
         )
     data_start = 8 + header_nbytes
-    expected_size = data_start + max(header["data"]["data_offsets"][1], header["offsets"]["data_offsets"][1])
+    expected_size = data_start + max(header[name]["data_offsets"][1] for name, _, _ in tensors)
     if file_size != expected_size:
         raise ValueError(
             f"{source_name} is {'truncated' if file_size < expected_size else 'corrupt'}: expected {expected_size} "
@@ -512,7 +530,11 @@ class BlockRecords(Sequence):
         path = Path(path)
         file_size = path.stat().st_size
         with open(path, "rb") as fp:
-            data_start, header = _read_safetensors_layout(fp, file_size, path.name)
+            data_start, header = read_ragged_layout(
+                fp, file_size, path.name, file_format=BLOCK_RECORDS_FORMAT, version=BLOCK_RECORDS_FORMAT_VERSION,
+                description="block records", tensors=(("data", "U8", 1), ("offsets", "I64", 8)),
+                count_key="num_records",
+            )
         offsets_begin, _ = header["offsets"]["data_offsets"]
         data_begin, _ = header["data"]["data_offsets"]
         num_offsets = header["offsets"]["shape"][0]

@@ -31,6 +31,8 @@ from transformers import BatchEncoding
 from transformers.utils import logging
 
 from ..atomic import atomic_path
+from .block_records import read_ragged_layout
+from .retriever import checked_block_ids
 
 logger = logging.get_logger(__name__)
 
@@ -39,7 +41,6 @@ __all__ = ["PRETOKENIZED_FORMAT", "PreTokenizedBlocks", "PreTokenizedRetriever",
 PRETOKENIZED_FORMAT = "realm_hf.pretokenized_blocks"
 PRETOKENIZED_FORMAT_VERSION = "1"
 
-_MAX_HEADER_BYTES = 100_000_000
 # Any int64 count prints in at most this many digits: reserve header room before the sizes are known.
 _HEADER_PLACEHOLDER = 10**19 - 1
 _VERIFY_CHUNK = 1 << 20
@@ -156,61 +157,6 @@ def tokenize_corpus(
     return output_path
 
 
-def _read_layout(path: Path) -> tuple[int, dict[str, Any]]:
-    """Validates the header against the file size; returns `(start of the data section, header)`."""
-    name = path.name
-    file_size = path.stat().st_size
-    with open(path, "rb") as reader:
-        if file_size < 8:
-            raise ValueError(f"{name} is truncated: expected at least 8 bytes (header length), received {file_size}")
-        (header_nbytes,) = struct.unpack("<Q", reader.read(8))
-        if header_nbytes > min(_MAX_HEADER_BYTES, file_size - 8):
-            raise ValueError(
-                f"{name} is truncated or corrupt: expected a safetensors header of {header_nbytes} bytes, received "
-                f"{file_size - 8} bytes after the header length"
-            )
-        try:
-            header = json.loads(reader.read(header_nbytes).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError(f"{name} is corrupt: its safetensors header is not valid JSON ({error})") from error
-    metadata = header.get("__metadata__") if isinstance(header, dict) else None
-    if not isinstance(metadata, dict) or metadata.get("format") != PRETOKENIZED_FORMAT:
-        received = metadata.get("format") if isinstance(metadata, dict) else None
-        raise ValueError(
-            f"{name}: expected safetensors metadata format {PRETOKENIZED_FORMAT!r}, received {received!r}"
-        )
-    if metadata.get("version") != PRETOKENIZED_FORMAT_VERSION:
-        raise ValueError(
-            f"{name}: expected format version {PRETOKENIZED_FORMAT_VERSION!r}, received {metadata.get('version')!r}"
-        )
-    for tensor, dtype, itemsize in (("offsets", "I64", 8), ("token_ids", "I32", 4)):
-        info = header.get(tensor)
-        valid = (
-            isinstance(info, dict)
-            and info.get("dtype") == dtype
-            and isinstance(info.get("shape"), list)
-            and len(info["shape"]) == 1
-            and isinstance(info.get("data_offsets"), list)
-            and len(info["data_offsets"]) == 2
-            and all(isinstance(value, int) and value >= 0 for value in info["shape"] + info["data_offsets"])
-        )
-        if not valid or info["data_offsets"][1] - info["data_offsets"][0] != info["shape"][0] * itemsize:
-            raise ValueError(f"{name} is corrupt: expected a 1-D {dtype} tensor {tensor!r}, received {info!r}")
-    if metadata.get("num_blocks") != str(header["offsets"]["shape"][0] - 1):
-        raise ValueError(
-            f"{name} is corrupt: metadata num_blocks is {metadata.get('num_blocks')!r}, the offsets tensor holds "
-            f"{header['offsets']['shape'][0]} entries (expected num_blocks + 1)"
-        )
-    data_start = 8 + header_nbytes
-    expected_size = data_start + max(header["offsets"]["data_offsets"][1], header["token_ids"]["data_offsets"][1])
-    if file_size != expected_size:
-        raise ValueError(
-            f"{name} is {'truncated' if file_size < expected_size else 'corrupt'}: expected {expected_size} bytes "
-            f"from its header, received {file_size}"
-        )
-    return data_start, header
-
-
 class PreTokenizedBlocks:
     """Read-only, memory-mapped wordpieces of every block, as written by [`tokenize_corpus`].
 
@@ -253,7 +199,12 @@ class PreTokenizedBlocks:
     def open(cls, path: str | os.PathLike) -> PreTokenizedBlocks:
         """Memory-map a file written by [`tokenize_corpus`]; raises `ValueError` if it is truncated or corrupt."""
         path = Path(path)
-        data_start, header = _read_layout(path)
+        with open(path, "rb") as reader:
+            data_start, header = read_ragged_layout(
+                reader, path.stat().st_size, path.name, file_format=PRETOKENIZED_FORMAT,
+                version=PRETOKENIZED_FORMAT_VERSION, description="pre-tokenized blocks",
+                tensors=(("offsets", "I64", 8), ("token_ids", "I32", 4)), count_key="num_blocks",
+            )  # fmt: skip
         num_offsets = header["offsets"]["shape"][0]
         num_tokens = header["token_ids"]["shape"][0]
         offsets = np.memmap(
@@ -379,12 +330,7 @@ class PreTokenizedRetriever:
             `concat_inputs` holds `input_ids`, `token_type_ids`, `attention_mask` and `special_tokens_mask`, `(K, L)`.
         """
         tokenizer = self.tokenizer
-        block_ids = np.atleast_1d(np.asarray(retrieved_block_ids, dtype=np.int64)).reshape(-1)
-        if block_ids.size and (block_ids.min() < 0 or block_ids.max() >= len(self.blocks)):
-            raise ValueError(
-                f"retrieved block ids must lie in [0, {len(self.blocks)}), the pre-tokenized blocks' range; got ids "
-                f"from {block_ids.min()} to {block_ids.max()}. Does the model's num_block_records match the blocks?"
-            )
+        block_ids = checked_block_ids(retrieved_block_ids, len(self.blocks), "pre-tokenized blocks")
         question = self._question_ids(question_input_ids)  # (Q,)
         max_length = tokenizer.model_max_length if max_length is None else max_length
         budget = min(int(max_length), _NO_LIMIT) - 3

@@ -19,6 +19,18 @@ BLOCK_RECORDS_NAME = "block_records.safetensors"
 LEGACY_BLOCK_RECORDS_NAME = "block_records.npy"
 
 
+def checked_block_ids(retrieved_block_ids, num_blocks: int, source: str) -> np.ndarray:
+    """The retrieved ids as a 1-D int64 array, after checking that they lie in `[0, num_blocks)` (the range of the
+    `source`, e.g. "block records"); shared by the retrievers that turn ids into reader inputs."""
+    block_ids = np.atleast_1d(np.asarray(retrieved_block_ids, dtype=np.int64)).reshape(-1)
+    if block_ids.size and (block_ids.min() < 0 or block_ids.max() >= num_blocks):
+        raise ValueError(
+            f"retrieved block ids must lie in [0, {num_blocks}), the {source}' range; got ids from {block_ids.min()} "
+            f"to {block_ids.max()}. Does the model's num_block_records match the {source}?"
+        )
+    return block_ids
+
+
 class RealmRetriever:
     r"""
     Pairs a question with each retrieved block and finds where the gold answers occur, for `RealmForOpenQA`.
@@ -57,12 +69,7 @@ class RealmRetriever:
             `(has_answers, start_pos, end_pos, concat_inputs)`: the first three are `None` without `answer_ids`;
             `concat_inputs` holds `input_ids`, `token_type_ids`, `attention_mask` and `special_tokens_mask`, `(K, L)`.
         """
-        block_ids = np.atleast_1d(np.asarray(retrieved_block_ids, dtype=np.int64))
-        if block_ids.size and (block_ids.min() < 0 or block_ids.max() >= len(self.block_records)):
-            raise ValueError(
-                f"retrieved block ids must lie in [0, {len(self.block_records)}), the block records' range; got ids "
-                f"from {block_ids.min()} to {block_ids.max()}. Does the model's num_block_records match the records?"
-            )
+        block_ids = checked_block_ids(retrieved_block_ids, len(self.block_records), "block records")
         if isinstance(self.block_records, (list, tuple)):
             blocks = [self.block_records[int(block_id)] for block_id in block_ids]
         else:
