@@ -194,17 +194,6 @@ def load_finetuned(args, directory: Path):
 
 
 @torch.no_grad()
-def dense_top_ids(model, tokenizer, questions: list[str], k: int, batch_size: int = 64) -> torch.Tensor:
-    ids = []
-    for start in range(0, len(questions), batch_size):
-        inputs = tokenizer(questions[start : start + batch_size], padding=True, truncation=True, max_length=64,
-                           return_tensors="pt")  # fmt: skip
-        embedding = model.embedder(**inputs, return_dict=True).projected_score
-        ids.append(model.searcher.search(embedding, k).ids.to(torch.long))
-    return torch.cat(ids)
-
-
-@torch.no_grad()
 def read_answers(model, tokenizer, questions: list[str], block_ids: torch.Tensor | None, batch_size: int = 16):
     answers = []
     for start in range(0, len(questions), batch_size):
@@ -255,6 +244,7 @@ def stage_evaluate(args) -> None:
     from transformers import BertModel
 
     from realm_hf.evaluation.metrics import answer_recall_at_k, exact_match
+    from realm_hf.evaluation.realm import RealmOpenQASystem
     from realm_hf.modeling import RealmTokenizer
     from realm_hf.retrieval.bm25 import BM25Searcher
 
@@ -274,7 +264,7 @@ def stage_evaluate(args) -> None:
         rows = read_jsonl(args.work_dir / "questions" / f"{name}.jsonl")
         questions, answers = [row["question"] for row in rows], [row["answers"] for row in rows]
         started = time.time()
-        dense_ids = dense_top_ids(model, tokenizer, questions, max(ks))
+        dense_ids = RealmOpenQASystem(model, batch_size=64).retrieve_ids(questions, max(ks))
         bm25_ids = bm25.search_text(questions, max(ks)).ids
         with torch.no_grad():
             query = torch.cat([mean_pool(minilm, minilm_tokenizer, questions[i : i + 64], 64)

@@ -125,10 +125,10 @@ def cmd_train(args) -> int:
     metrics = trainer.evaluate() if dev_rows is not None else {}
     if trainer.is_world_process_zero():
         if args.index is None and args.documents is None:
-            # The model's own block records travel with it, so `realm-hf ask --model OUTPUT` works.
+            # The model's own block records (read by `_documents`) travel with it: `realm-hf ask --model OUTPUT` works.
             from realm_hf import RealmRetriever
 
-            RealmRetriever.from_pretrained(args.model).save_pretrained(output)
+            RealmRetriever(block_records=documents, tokenizer=tokenizer).save_pretrained(output)
         summary = {"max_steps": max_steps, "global_step": trainer.state.global_step,
                    "best_checkpoint": trainer.state.best_model_checkpoint, "dev": metrics}  # fmt: skip
         (output / "train_results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
