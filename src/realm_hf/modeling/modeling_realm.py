@@ -913,7 +913,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
     def _given_blocks(self, block_ids, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Checks caller-chosen block ids `(B, K)` and looks up their embeddings (for the retrieval logits)."""
         block_ids = torch.as_tensor(block_ids, dtype=torch.long).cpu()
-        num_blocks = self.searcher.num_blocks if self.searcher is not None else self.block_emb.shape[0]
+        num_blocks = self.num_searchable_blocks
         if block_ids.dim() != 2 or block_ids.shape[0] != batch_size or block_ids.shape[1] < self.config.reader_beam_size:
             raise ValueError(
                 f"retrieved_block_ids must have shape (batch_size={batch_size}, K >= reader_beam_size="
@@ -924,6 +924,11 @@ class RealmForOpenQA(RealmPreTrainedModel):
         if self.searcher is not None:
             return block_ids, torch.as_tensor(self.searcher.embeddings(block_ids)).float()
         return block_ids, self.block_emb[block_ids.to(self.block_emb.device)]
+
+    @property
+    def num_searchable_blocks(self) -> int:
+        """Blocks retrieval can return: the searcher's, else the rows of `block_emb`."""
+        return self.searcher.num_blocks if self.searcher is not None else self.block_emb.shape[0]
 
     @property
     def searcher_beam_size(self) -> int:
@@ -946,7 +951,7 @@ class RealmForOpenQA(RealmPreTrainedModel):
             raise ValueError(
                 f"input_ids must be a LongTensor of shape (batch_size, L), got {_tensor_shape(input_ids)}."
             )
-        num_blocks = self.searcher.num_blocks if self.searcher is not None else self.block_emb.shape[0]
+        num_blocks = self.num_searchable_blocks
         if num_blocks == 0:
             raise ValueError(
                 "this model has no block embeddings: config.store_block_emb is False, so pass the index it searches, "
