@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .evaluate import add_parser as add_evaluate_parser
     from .index import add_parser as add_index_parser
+    from .pretrain import add_parser as add_pretrain_parser
     from .push import add_parser as add_push_parser
     from .train import add_parser as add_train_parser
 
@@ -182,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_parser(subparsers)
     add_push_parser(subparsers)
     add_train_parser(subparsers)
+    add_pretrain_parser(subparsers)
     return parser
 
 

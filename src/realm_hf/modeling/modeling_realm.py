@@ -115,6 +115,14 @@ def marginal_log_loss(logits: torch.Tensor, is_correct: torch.Tensor) -> torch.T
     return torch.logsumexp(logits, dim=-1) - torch.logsumexp(logits + mask_to_score(is_correct, logits.dtype), dim=-1)
 
 
+def marginal_token_log_likelihood(relevance_score: torch.Tensor, token_log_probs: torch.Tensor) -> torch.Tensor:
+    """REALM's per-token marginal over retrieved candidates, `log sum_c p(c | x) p(y_t | x, c)`.
+
+    `relevance_score` `(B, C)` are retrieval logits, `token_log_probs` `(B, C, T)` are `log p(y_t | x, c)`; returns
+    `(B, T)`. Used by `RealmKnowledgeAugEncoder` and by REALM pretraining (`realm_hf.training.pretrain`)."""
+    return (relevance_score.log_softmax(-1).unsqueeze(-1) + token_log_probs).logsumexp(1)
+
+
 def _flatten_candidates(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
     """`(..., L)` -> `(-1, L)` for every tensor with more than two dims; `None` stays `None`."""
     return [t.reshape(-1, t.shape[-1]) if t is not None and t.dim() > 2 else t for t in tensors]
@@ -610,8 +618,7 @@ class RealmKnowledgeAugEncoder(RealmPreTrainedModel):
                 labels.tile(1, num_candidates).view(-1),
                 reduction="none",
             ).view(batch_size, num_candidates, seq_length)
-            candidate_log_probs = relevance_score.log_softmax(-1).unsqueeze(-1)  # (B, C, 1)
-            marginal_log_probs = (candidate_log_probs + token_log_probs).logsumexp(1)  # (B, L)
+            marginal_log_probs = marginal_token_log_likelihood(relevance_score, token_log_probs)  # (B, L)
             masked_lm_loss = -torch.nansum(torch.sum(marginal_log_probs * mlm_mask) / torch.sum(mlm_mask))
 
         output = MaskedLMOutput(

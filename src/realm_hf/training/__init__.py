@@ -1,5 +1,6 @@
 """Training recipes for REALM/ORQA models: the ICT warm start of the retriever (`ict`), open-QA fine-tuning with the
-`Trainer` (`finetune`), and salient-span masking for REALM pretraining (`salient_spans`)."""
+`Trainer` (`finetune`), and REALM pretraining (`pretrain`: the retrieval-augmented MLM over salient spans from
+`salient_spans`, with the index kept fresh by `index_refresh`)."""
 
 from .finetune import (
     OpenQACollator,
@@ -20,6 +21,17 @@ from .ict import (
     make_ict_example,
     split_sentences,
 )
+from .index_refresh import IndexRefresher
+from .pretrain import (
+    PretrainingCandidates,
+    RealmForPretraining,
+    RealmPretrainer,
+    RealmPretrainingOutput,
+    freeze_pretraining_unused_parameters,
+    pretraining_warmup_steps,
+    realm_pretraining_loss,
+    salient_sentences,
+)
 from .salient_spans import (
     CombinedTagger,
     DateTagger,
@@ -33,13 +45,19 @@ __all__ = [
     "DateTagger",
     "ICTCollator",
     "ICTTrainer",
+    "IndexRefresher",
     "OpenQACollator",
     "OpenQATrainer",
+    "PretrainingCandidates",
+    "RealmForPretraining",
     "RealmICTModel",
     "RealmICTOutput",
+    "RealmPretrainer",
+    "RealmPretrainingOutput",
     "SalientSpanCollator",
     "TitleEntityTagger",
     "answers_of",
+    "freeze_pretraining_unused_parameters",
     "freeze_unused_parameters",
     "freeze_word_embeddings",
     "ict_loss",
@@ -48,5 +66,8 @@ __all__ = [
     "num_update_steps",
     "orqa_training_arguments",
     "orqa_warmup_steps",
+    "pretraining_warmup_steps",
+    "realm_pretraining_loss",
+    "salient_sentences",
     "split_sentences",
 ]

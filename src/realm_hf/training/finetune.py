@@ -91,17 +91,17 @@ class OpenQACollator:
         return batch
 
 
-def freeze_unused_parameters(model) -> list[str]:
-    """Sets `requires_grad=False` on the parameters of `UNUSED_MODULES` that no used module shares; returns their
-    names. Block embeddings are a buffer (or live in the searcher) and never train."""
+def freeze_unused_parameters(model, prefixes: Sequence[str] = UNUSED_MODULES) -> list[str]:
+    """Sets `requires_grad=False` on the parameters under `prefixes` (default: `RealmForOpenQA`'s `UNUSED_MODULES`)
+    that no used module shares; returns their names. Block embeddings are a buffer (or live in the searcher) and never train."""
     used = {
         parameter.data_ptr()
         for name, parameter in model.named_parameters()
-        if not any(name.startswith(prefix + ".") for prefix in UNUSED_MODULES)
+        if not any(name.startswith(prefix + ".") for prefix in prefixes)
     }
     frozen = []
     for name, parameter in model.named_parameters():
-        if any(name.startswith(prefix + ".") for prefix in UNUSED_MODULES) and parameter.data_ptr() not in used:
+        if any(name.startswith(prefix + ".") for prefix in prefixes) and parameter.data_ptr() not in used:
             parameter.requires_grad_(False)
             frozen.append(name)
     return frozen

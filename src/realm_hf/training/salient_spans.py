@@ -14,6 +14,7 @@ Any callable `text -> [(start, end, kind), ...]` is a [`SalientSpanTagger`], so 
     B - batch (rows that have a salient span)     L - sequence length (<= max_length), `[CLS] sentence [SEP]`
 """
 
+import operator
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -246,13 +247,22 @@ def mask_salient_span(
     return {"input_ids": input_ids, "labels": labels, "span": span, "masked_text": masked_text}
 
 
+def _block_id(row: Mapping[str, Any]) -> int:
+    try:
+        return operator.index(row["block_id"])
+    except (KeyError, TypeError):
+        raise ValueError(f"expected every row to have an integer 'block_id', got {row.get('block_id')!r}.") from None
+
+
 @dataclass
 class SalientSpanCollator:
     r"""
     Turns sentences into REALM masked-language-model batches: `input_ids`, `attention_mask`, `token_type_ids` and
     `labels`, all `torch.LongTensor` of shape `(B, L)`, padded to the longest row (`labels` padded with -100).
 
-    Rows are mappings with `text` (one sentence). Rows without a salient span are dropped, so `B` may be smaller than
+    Rows are mappings with `text` (one sentence) and optionally `block_id` (the corpus block the sentence comes from;
+    then the batch also holds `source_block_ids`, `torch.LongTensor` of shape `(B,)`, which REALM pretraining keeps
+    out of the sentence's retrieved candidates). Rows without a salient span are dropped, so `B` may be smaller than
     the number of rows; a batch in which no row has one raises `ValueError` (tag and filter the corpus beforehand, or
     use larger batches). The span masked in a row depends only on `seed` and the row's text, not on the batch or
     process it lands in; use another `seed` per epoch to mask other spans of the same sentences.
@@ -266,7 +276,8 @@ class SalientSpanCollator:
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if not rows:
             raise ValueError("expected a non-empty list of rows, got an empty one.")
-        examples = []
+        examples, block_ids = [], []
+        with_block_ids = "block_id" in rows[0]
         for row in rows:
             if "text" not in row or not isinstance(row["text"], str):
                 raise ValueError(f"expected rows with a 'text' string, got keys {sorted(row)}.")
@@ -275,6 +286,8 @@ class SalientSpanCollator:
             example = mask_salient_span(row["text"], self.tokenizer, self.tagger, rng, max_length=self.max_length)
             if example is not None:
                 examples.append(example)
+                if with_block_ids:
+                    block_ids.append(_block_id(row))
         if not examples:
             raise ValueError(
                 f"none of the {len(rows)} rows has a salient span (an entity or date found by {self.tagger!r}); "
@@ -291,12 +304,15 @@ class SalientSpanCollator:
             input_ids[index, :n] = torch.tensor(example["input_ids"])
             labels[index, :n] = torch.tensor(example["labels"])
             attention_mask[index, :n] = 1
-        return {
+        batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "token_type_ids": torch.zeros_like(input_ids),
             "labels": labels,
         }
+        if with_block_ids:
+            batch["source_block_ids"] = torch.tensor(block_ids, dtype=torch.long)
+        return batch
 
 
 __all__ = [

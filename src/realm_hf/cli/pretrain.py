@@ -1,0 +1,183 @@
+"""`realm-hf pretrain`: REALM pretraining (retrieval-augmented MLM over salient spans) with an index refreshed while it
+trains."""
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .arguments import positive_int
+
+HELP = """\
+Starts from an embedder (e.g. the ICT warm start's block_embedder/) and an encoder (a RealmKnowledgeAugEncoder or any
+BERT checkpoint), over a document store (`realm-hf index build` writes one in INDEX/documents/). The sentences with a
+salient span (a date, or a corpus title as an entity) are the training examples, one span masked each.
+
+  realm-hf pretrain --embedder ict/block_embedder --encoder ict/block_embedder --documents corpus/ \\
+      --index ict-index/ --output-dir pretrained --max-steps 300 --refresh async --refresh-every 50
+  torchrun --nproc_per_node 2 -m realm_hf.cli pretrain ... --refresh sync   # data-parallel
+
+OUTPUT/checkpoints/ holds Trainer checkpoints (a re-run resumes from the last); OUTPUT/refresh/ the refreshed
+indexes; at the end OUTPUT/embedder/ (RealmEmbedder + tokenizer), OUTPUT/encoder/ (RealmKnowledgeAugEncoder) and
+OUTPUT/index/ (the corpus embedded with the final embedder) and OUTPUT/pretrain_results.json (metrics log).
+"""
+
+
+def _tagger(documents, args):
+    """Dates, the corpus titles as entity names (unless --no-title-entities) and the names in --entities."""
+    from realm_hf.training.salient_spans import CombinedTagger, DateTagger, TitleEntityTagger
+
+    taggers = [DateTagger()]
+    if not args.no_title_entities:
+        taggers.append(TitleEntityTagger(documents.titles(range(len(documents)))))
+    if args.entities:
+        names = [line.strip() for line in Path(args.entities).read_text(encoding="utf-8").splitlines() if line.strip()]
+        taggers.append(TitleEntityTagger(names))
+    return CombinedTagger(*taggers)
+
+
+def _sentences(output: Path, documents, tagger) -> list[dict]:
+    """The salient sentences of the corpus, found once and kept in OUTPUT/sentences.jsonl."""
+    from realm_hf.atomic import atomic_path
+    from realm_hf.training.pretrain import salient_sentences
+
+    path = output / "sentences.jsonl"
+    if not path.is_file():
+        rows = salient_sentences(documents, tagger)
+        with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as file:
+            file.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        raise ValueError("no sentence of the corpus has a salient span (a date or a title); nothing to train on.")
+    return rows
+
+
+def cmd_pretrain(args) -> int:
+    import datasets
+    import torch
+    from transformers import TrainingArguments
+
+    from realm_hf import RealmTokenizer
+    from realm_hf.retrieval import ExactSearcher
+    from realm_hf.retrieval.distributed import process_state
+    from realm_hf.retrieval.index_builder import build_index
+    from realm_hf.training import (
+        IndexRefresher,
+        PretrainingCandidates,
+        RealmForPretraining,
+        RealmPretrainer,
+        SalientSpanCollator,
+        freeze_pretraining_unused_parameters,
+        pretraining_warmup_steps,
+    )
+
+    from .index import open_corpus
+
+    output = Path(args.output_dir)
+    state = process_state()
+    results = output / "pretrain_results.json"
+    if results.is_file() and not args.no_resume and json.loads(results.read_text())["global_step"] >= args.max_steps:
+        # Resuming from a checkpoint at max_steps would make the Trainer (5.23) run one more step.
+        print(f"realm-hf pretrain: {output} already holds a run of {args.max_steps} steps ({results}); nothing to do.")
+        return 0
+    try:
+        documents = open_corpus(args.documents)
+        tokenizer = RealmTokenizer.from_pretrained(args.tokenizer or args.embedder)
+        torch.manual_seed(args.seed)
+        model = RealmForPretraining.from_parts(args.embedder, args.encoder or args.embedder)
+    except (OSError, ValueError) as error:
+        print(f"realm-hf pretrain: {error}", file=sys.stderr)
+        return 1
+    freeze_pretraining_unused_parameters(model)
+
+    refresh_dir = output / "refresh"
+    initial_index = Path(args.index) if args.index else refresh_dir / "indexes" / "step-00000000"
+    with state.main_process_first():
+        if state.is_main_process:
+            output.mkdir(parents=True, exist_ok=True)
+        tagger = _tagger(documents, args)
+        rows = _sentences(output, documents, tagger)
+    if not (initial_index / "index.json").is_file():
+        if args.index:
+            print(f"realm-hf pretrain: {args.index} is not an index directory (no index.json).", file=sys.stderr)
+            return 1
+        build_index(model.embedder, tokenizer, documents, initial_index, batch_size=args.embed_batch_size,
+                    max_length=args.block_length, provenance={"refreshed_at_step": 0})  # fmt: skip
+    candidates = PretrainingCandidates(ExactSearcher.from_index(initial_index), documents, tokenizer,
+                                       num_candidates=args.num_candidates, max_block_length=args.block_length)  # fmt: skip
+    refresher = None
+    if args.refresh != "off":
+        documents_dir = Path(args.documents)
+        refresher = IndexRefresher(refresh_dir, tokenizer, mode=args.refresh, every=args.refresh_every,
+                                   documents_dir=documents_dir, batch_size=args.embed_batch_size,
+                                   max_length=args.block_length, threads=args.refresh_threads)  # fmt: skip
+
+    training_args = TrainingArguments(
+        output_dir=str(output / "checkpoints"), per_device_train_batch_size=args.batch_size, max_steps=args.max_steps,
+        learning_rate=args.learning_rate, weight_decay=0.01, max_grad_norm=1.0,
+        warmup_steps=args.warmup_steps if args.warmup_steps is not None else pretraining_warmup_steps(args.max_steps),
+        logging_steps=args.logging_steps, save_steps=args.save_steps, save_total_limit=2, seed=args.seed,
+        remove_unused_columns=False, label_names=[], report_to=[], dataloader_num_workers=0, disable_tqdm=args.quiet,
+        use_cpu=not torch.cuda.is_available() or args.cpu, optim=args.optim,
+    )  # fmt: skip
+    collator = SalientSpanCollator(tokenizer, tagger, max_length=args.query_length, seed=args.seed)
+    trainer = RealmPretrainer(model=model, args=training_args, train_dataset=datasets.Dataset.from_list(rows),
+                              data_collator=collator, candidates=candidates, refresher=refresher)  # fmt: skip
+    resume = any((output / "checkpoints").glob("checkpoint-*")) and not args.no_resume
+    started = time.time()
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    seconds = time.time() - started
+    if trainer.is_world_process_zero():
+        model.save_parts(output)
+        tokenizer.save_pretrained(output / "embedder")
+        final = refresh_dir / "indexes" / f"step-{candidates.index_step:08d}"
+        if refresher is not None and final.is_dir():
+            shutil.rmtree(output / "index", ignore_errors=True)
+            shutil.copytree(final, output / "index")
+        summary = {"max_steps": args.max_steps, "global_step": trainer.state.global_step, "seconds": round(seconds, 1),
+                   "sentences": len(rows), "index_step": candidates.index_step, "refresh": args.refresh,
+                   "refresh_every": args.refresh_every, "log": trainer.state.log_history}  # fmt: skip
+        (output / "pretrain_results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        last = next((entry for entry in reversed(trainer.state.log_history) if "retrieval_utility" in entry), {})
+        print(json.dumps({key: value for key, value in summary.items() if key != "log"} | {"last_log": last}, indent=2))
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    pretrain = subparsers.add_parser("pretrain", help="REALM pretraining: retrieval-augmented MLM with index refresh",
+                                     description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    pretrain.add_argument("--embedder", required=True, help="RealmEmbedder checkpoint to start the retriever from "
+                                                             "(e.g. ICT's block_embedder); also the tokenizer")  # fmt: skip
+    pretrain.add_argument("--encoder", help="RealmKnowledgeAugEncoder or BERT checkpoint for the encoder "
+                                            "(default: --embedder's BERT, with a fresh MLM head)")  # fmt: skip
+    pretrain.add_argument("--tokenizer", help="tokenizer directory (default: --embedder)")
+    pretrain.add_argument("--documents", required=True, help="the corpus: a document store directory")
+    pretrain.add_argument("--index", help="the index of --documents made with --embedder (default: built first)")
+    pretrain.add_argument("--output-dir", required=True, help="checkpoints, refreshed indexes and the final model")
+    pretrain.add_argument("--max-steps", type=positive_int, required=True, help="optimizer steps")
+    pretrain.add_argument("--batch-size", type=positive_int, default=8, help="sentences per step per process")
+    pretrain.add_argument("--learning-rate", type=float, default=3e-5, help="peak learning rate (REALM: 3e-5)")
+    pretrain.add_argument("--optim", default="adamw_torch", help="a TrainingArguments optimizer name (default: "
+                                                                 "adamw_torch)")  # fmt: skip
+    pretrain.add_argument("--warmup-steps", type=int, help="default: REALM's min(10000, max(100, steps / 10))")
+    pretrain.add_argument("--num-candidates", type=positive_int, default=8, help="null document + retrieved blocks "
+                                                                                   "per sentence (REALM: 8)")  # fmt: skip
+    pretrain.add_argument("--query-length", type=positive_int, default=96, help="wordpieces per sentence (REALM: 96)")
+    pretrain.add_argument("--block-length", type=positive_int, default=288, help="wordpieces per block (REALM: 288)")
+    pretrain.add_argument("--refresh", choices=("async", "sync", "off"), default="async",
+                          help="index refresh: a background process (async), in the training processes (sync), "
+                               "or never (off)")  # fmt: skip
+    pretrain.add_argument("--refresh-every", type=positive_int, default=100, help="steps between refreshes")
+    pretrain.add_argument("--refresh-threads", type=positive_int, help="CPU threads of the async refresher")
+    pretrain.add_argument("--embed-batch-size", type=positive_int, default=64, help="blocks per embedding batch")
+    pretrain.add_argument("--no-title-entities", action="store_true", help="do not mask the corpus titles")
+    pretrain.add_argument("--entities", help="a text file of entity names to mask, one per line (besides titles)")
+    pretrain.add_argument("--logging-steps", type=positive_int, default=10, help="steps between logged metrics")
+    pretrain.add_argument("--save-steps", type=positive_int, default=100, help="steps between checkpoints")
+    pretrain.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
+    pretrain.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is available")
+    pretrain.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
+    pretrain.add_argument("--quiet", action="store_true", help="no progress bars")
+    pretrain.set_defaults(func=cmd_pretrain)
