@@ -302,6 +302,27 @@ def test_three_trainer_steps_run_log_and_save(tokenizer, tmp_path):
 
 
 @pytest.mark.parametrize("share_encoders", [False, True])
+def test_training_resumes_from_a_checkpoint_with_both_embedders(tokenizer, tmp_path, share_encoders):
+    def run(steps: int, resume: bool):
+        args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=steps, per_device_train_batch_size=4,
+                                 learning_rate=1e-3, save_steps=2, use_cpu=True, report_to="none", seed=0,
+                                 remove_unused_columns=False, label_names=[], disable_tqdm=True)  # fmt: skip
+        trainer = ICTTrainer(model=tiny_ict_model(share_encoders=share_encoders), args=args,
+                             train_dataset=datasets.Dataset.from_list(corpus(12)), processing_class=tokenizer,
+                             data_collator=ICTCollator(tokenizer, max_query_length=8, max_block_length=24))  # fmt: skip
+        trainer.train(resume_from_checkpoint=True if resume else None)
+        return trainer
+
+    trained = run(2, resume=False).model.state_dict()
+    loader = ICTTrainer(model=tiny_ict_model(share_encoders=share_encoders),
+                        args=TrainingArguments(output_dir=str(tmp_path / "other"), use_cpu=True, report_to="none"))
+    loader._load_from_checkpoint(str(tmp_path / "run" / "checkpoint-2"))
+    for (name, a), (_, b) in zip(trained.items(), loader.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert run(4, resume=True).state.global_step == 4  # the Trainer picks up checkpoint-2 and goes on
+
+
+@pytest.mark.parametrize("share_encoders", [False, True])
 def test_from_bert_starts_both_encoders_and_saves_loadable_embedders(tmp_path, share_encoders):
     from transformers import BertConfig, BertModel
 

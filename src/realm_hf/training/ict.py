@@ -17,6 +17,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -377,6 +378,18 @@ class ICTTrainer(Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._accuracies: list[float] = []
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        # A checkpoint holds the embedders in subfolders (`RealmICTModel.save_pretrained`), which the Trainer's own
+        # loader does not look for ("Can't find a valid checkpoint"): load them here so that training resumes.
+        directory = Path(resume_from_checkpoint)
+        if not (directory / "query_embedder").is_dir():
+            return super()._load_from_checkpoint(resume_from_checkpoint, model=model)
+        target = self.accelerator.unwrap_model(model if model is not None else self.model)
+        names = ("query_embedder",) if target.share_encoders else ("query_embedder", "block_embedder")
+        for name in names:
+            saved = RealmEmbedder.from_pretrained(directory / name)
+            getattr(target, name).load_state_dict(saved.state_dict())
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs, return_dict=True)
