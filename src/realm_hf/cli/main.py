@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--json", action="store_true", help="print one JSON object per answer")
     ask.set_defaults(func=cmd_ask)
 
+    from .convert import add_parser as add_convert_parser
     from .evaluate import add_parser as add_evaluate_parser
     from .index import add_parser as add_index_parser
     from .pretrain import add_parser as add_pretrain_parser
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .train import add_parser as add_train_parser
 
     add_index_parser(subparsers)
+    add_convert_parser(subparsers)
     add_evaluate_parser(subparsers)
     add_push_parser(subparsers)
     add_train_parser(subparsers)
