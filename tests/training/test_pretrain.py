@@ -282,10 +282,12 @@ def _pretrain_command(setup, output: Path, batch_size: int, refresh: str = "sync
             str(root / "documents"), "--output-dir", str(output), "--max-steps", "3", "--batch-size", str(batch_size),
             "--num-candidates", "4", "--block-length", "64", "--query-length", "32", "--refresh", refresh,
             "--refresh-every", "2", "--logging-steps", "1", "--save-steps", "2", "--learning-rate", "1e-3",
-            "--warmup-steps", "0", "--seed", "0", "--quiet", "--optim", "sgd"]  # fmt: skip
+            "--warmup-steps", "0", "--seed", "0", "--quiet", "--optim", "sgd", "--freeze-word-embeddings",
+            "--entities", str(root / "entities.txt")]  # fmt: skip
 
 
 def test_cli_pretrain_two_processes_equal_one_process_over_the_same_global_batch(setup, tmp_path):
+    (setup["root"] / "entities.txt").write_text("Celsius\n", encoding="utf-8")
     one = subprocess.run([sys.executable, *_pretrain_command(setup, tmp_path / "one", 4)], capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert one.returncode == 0, one.stderr[-3000:]
@@ -297,6 +299,12 @@ def test_cli_pretrain_two_processes_equal_one_process_over_the_same_global_batch
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=f"{part} {key}")
+    # --freeze-word-embeddings: the (tied) word embeddings did not move; --entities: its names are masked too.
+    initial = load_file(setup["root"] / "embedder" / "model.safetensors")["realm.embeddings.word_embeddings.weight"]
+    assert torch.equal(load_file(tmp_path / "one" / "embedder" / "model.safetensors")[
+        "realm.embeddings.word_embeddings.weight"], initial)  # fmt: skip
+    sentences = [json.loads(line)["text"] for line in (tmp_path / "one" / "sentences.jsonl").read_text().splitlines()]
+    assert any("Celsius" in sentence for sentence in sentences)  # no title or date in it
     summary = json.loads((tmp_path / "two" / "pretrain_results.json").read_text())
     assert summary["global_step"] == 3 and summary["index_step"] == 3
     assert (tmp_path / "two" / "index" / "index.json").is_file()

@@ -66,6 +66,10 @@ def _build(embedder, tokenizer, documents, indexes: Path, step: int, batch_size:
     state = process_state()
     final = indexes / _STEP_FORMAT.format(step)
     partial = indexes / f".{final.name}.partial"
+    if state.is_main_process:
+        # A partial build left by a killed run was made with other weights: never resume it.
+        shutil.rmtree(partial, ignore_errors=True)
+    state.wait_for_everyone()
     started = time.time()
     build_index(embedder, tokenizer, documents, partial, batch_size=batch_size, max_length=max_length,
                 provenance={"refreshed_at_step": step}, progress=False)  # fmt: skip
