@@ -24,6 +24,7 @@ from .modeling import (
 from .pipelines import OpenQAPipeline
 from .registration import AutoModelForOpenQA, register
 from .retrieval import RealmRetriever
+from .retro import RetroConfig, RetroForCausalLM, RetroModel
 
 register()
 
@@ -44,6 +45,9 @@ __all__ = [
     "RealmScorerOutput",
     "RealmTokenizer",
     "RealmTokenizerFast",
+    "RetroConfig",
+    "RetroForCausalLM",
+    "RetroModel",
     "__version__",
     "register",
 ]

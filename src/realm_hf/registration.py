@@ -2,13 +2,14 @@
 
 from collections import OrderedDict
 
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping, auto_class_update
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .modeling import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmKnowledgeAugEncoder, RealmTokenizer
 from .pipelines import OpenQAPipeline
+from .retro import RetroConfig, RetroForCausalLM, RetroModel
 
 OPEN_QA_TASK = "open-qa"
 
@@ -32,6 +33,9 @@ def register() -> None:
     AutoModel.register(RealmConfig, RealmEmbedder, exist_ok=True)
     AutoModelForMaskedLM.register(RealmConfig, RealmKnowledgeAugEncoder, exist_ok=True)
     AutoModelForOpenQA.register(RealmConfig, RealmForOpenQA, exist_ok=True)
+    AutoConfig.register(RetroConfig.model_type, RetroConfig, exist_ok=True)
+    AutoModel.register(RetroConfig, RetroModel, exist_ok=True)
+    AutoModelForCausalLM.register(RetroConfig, RetroForCausalLM, exist_ok=True)
     # `register_pipeline` has no exist_ok (it logs "Overwriting" instead); no default model: it could not download.
     if OPEN_QA_TASK not in PIPELINE_REGISTRY.get_supported_tasks():
         PIPELINE_REGISTRY.register_pipeline(

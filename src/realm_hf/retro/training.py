@@ -1,0 +1,200 @@
+"""Training and evaluating RETRO with the `Trainer`: sequences with precomputed neighbours, a collator that turns
+neighbour chunk ids into neighbour tokens, and bits-per-byte with retrieval on, off or with shuffled neighbours.
+
+Shape legend: B - batch, n - tokens per sequence, L - chunks per sequence (n = L * m), k - neighbours, m - chunk size.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Dataset
+from transformers import Trainer
+from transformers.utils import logging
+
+from .database import RetroChunks
+
+logger = logging.get_logger(__name__)
+
+RETRIEVAL_MODES = ("on", "off", "shuffled")
+
+
+class RetroSequences(Dataset):
+    r"""
+    Training or evaluation sequences: windows of up to `chunks_per_sequence` consecutive chunks of one document, with
+    the precomputed neighbours of each chunk.
+
+    Args:
+        chunks ([`RetroChunks`]): the chunks the sequences are cut from (the database's own chunks for training, or
+            held-out chunks for evaluation).
+        neighbour_ids (`torch.LongTensor` of shape `(len(chunks), k)`): neighbour chunk ids in the *database* (-1 for
+            none), e.g. from `RetroDatabase.neighbours`, which excludes same-document chunks.
+        chunks_per_sequence (`int`): `L`; a sequence has `L * m` tokens (fewer at the end of a document).
+        max_sequences_per_document (`int`, *optional*): keep only each document's first windows.
+    """
+
+    def __init__(self, chunks: RetroChunks, neighbour_ids: torch.Tensor, chunks_per_sequence: int,
+                 max_sequences_per_document: int | None = None):  # fmt: skip
+        if neighbour_ids.shape[0] != len(chunks):
+            raise ValueError(f"neighbour_ids must have one row per chunk: {len(chunks)} expected, got "
+                             f"{neighbour_ids.shape[0]}.")  # fmt: skip
+        self.chunks = chunks
+        self.neighbour_ids = neighbour_ids.long()
+        self.windows: list[tuple[int, int]] = []  # (first chunk, number of chunks)
+        starts = torch.nonzero(torch.cat((torch.tensor([True]), chunks.document_ids[1:] != chunks.document_ids[:-1])))
+        bounds = starts[:, 0].tolist() + [len(chunks)]
+        for first, stop in zip(bounds[:-1], bounds[1:]):
+            for number, start in enumerate(range(first, stop, chunks_per_sequence)):
+                if max_sequences_per_document is not None and number >= max_sequences_per_document:
+                    break
+                self.windows.append((start, min(chunks_per_sequence, stop - start)))
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        start, count = self.windows[index]
+        return {
+            "input_ids": self.chunks.tokens[start : start + count].reshape(-1).long(),  # (count * m,)
+            "neighbour_ids": self.neighbour_ids[start : start + count],  # (count, k)
+        }
+
+    def with_shuffled_neighbours(self, seed: int = 0) -> "RetroSequences":
+        """A copy whose chunks get the neighbour lists of other, randomly chosen chunks (a permutation of the rows of
+        `neighbour_ids`): same neighbour distribution, no relation to the chunk."""
+        shuffled = RetroSequences.__new__(RetroSequences)
+        shuffled.chunks, shuffled.windows = self.chunks, self.windows
+        generator = torch.Generator().manual_seed(seed)
+        shuffled.neighbour_ids = self.neighbour_ids[torch.randperm(self.neighbour_ids.shape[0], generator=generator)]
+        return shuffled
+
+
+@dataclass
+class RetroCollator:
+    r"""
+    Pads sequences and adds their neighbours' tokens (`[N, F]`, 2m tokens each) from the database chunks.
+
+    Args:
+        database_chunks ([`RetroChunks`]): the database values the neighbour ids point into.
+        retrieval (`str`, defaults to `"on"`): `"on"`, or `"off"` (no `neighbour_input_ids`: plain LM batches, also for
+            a base `GPT2LMHeadModel`). Shuffled neighbours come from `RetroSequences.with_shuffled_neighbours`.
+        num_neighbors (`int`, *optional*): use only the first `k` precomputed neighbours.
+    """
+
+    database_chunks: RetroChunks
+    retrieval: str = "on"
+    num_neighbors: int | None = None
+    pad_token_id: int = 0
+
+    def __post_init__(self):
+        if self.retrieval not in ("on", "off"):
+            raise ValueError(f"retrieval must be 'on' or 'off' (shuffle the dataset instead), got {self.retrieval!r}.")
+
+    def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        length = max(feature["input_ids"].shape[0] for feature in features)
+        input_ids = torch.full((len(features), length), self.pad_token_id, dtype=torch.long)
+        for row, feature in enumerate(features):
+            input_ids[row, : feature["input_ids"].shape[0]] = feature["input_ids"]
+        labels = input_ids.masked_fill(input_ids == self.pad_token_id, -100)
+        batch = {"input_ids": input_ids, "labels": labels}
+        if self.retrieval == "on":
+            m = self.database_chunks.chunk_size
+            num_chunks = -(-length // m)
+            k = self.num_neighbors or features[0]["neighbour_ids"].shape[1]
+            neighbour_ids = torch.full((len(features), num_chunks, k), -1, dtype=torch.long)
+            for row, feature in enumerate(features):
+                neighbour_ids[row, : feature["neighbour_ids"].shape[0]] = feature["neighbour_ids"][:, :k]
+            batch["neighbour_input_ids"] = self.database_chunks.neighbour_tokens(neighbour_ids)  # (B, L, k, 2m)
+        return batch
+
+
+def bits_per_byte(total_nats: float, num_bytes: int) -> float:
+    """Summed next-token negative log-likelihood (nats) -> bits per UTF-8 byte of the evaluated text."""
+    return total_nats / (math.log(2) * num_bytes)
+
+
+@torch.no_grad()
+def evaluate_bits_per_byte(model, dataset: Dataset, collator: RetroCollator, *, num_bytes: int | None = None,
+                           batch_size: int = 8) -> dict[str, float]:  # fmt: skip
+    r"""
+    Summed next-token loss of `model` over `dataset` (padding ignored), as nats per token, perplexity and, given the
+    byte count of the evaluated text, bits per byte.
+
+    Args:
+        model: `RetroForCausalLM` (or any causal LM taking `input_ids`, with retrieval `"off"`).
+        dataset: e.g. [`RetroSequences`] of held-out documents (use `with_shuffled_neighbours()` for the control).
+        collator ([`RetroCollator`]): its `retrieval` decides on/off.
+        num_bytes (`int`, *optional*): UTF-8 bytes of the text whose tokens are predicted.
+
+    Returns:
+        `dict` with `nats`, `tokens`, `loss` (nats per token), `perplexity` and, with `num_bytes`, `bits_per_byte`.
+    """
+    was_training = model.training
+    model.eval()
+    total_nats, total_tokens = 0.0, 0
+    try:
+        for start in range(0, len(dataset), batch_size):
+            batch = collator([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
+            labels = batch.pop("labels")
+            logits = model(**{key: value.to(model.device) for key, value in batch.items()}).logits.float()
+            targets = labels[:, 1:].to(logits.device)
+            nats = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(),
+                                                     ignore_index=-100, reduction="sum")  # fmt: skip
+            total_nats += float(nats)
+            total_tokens += int((targets != -100).sum())
+    finally:
+        model.train(was_training)
+    result = {"nats": total_nats, "tokens": total_tokens, "loss": total_nats / max(total_tokens, 1)}
+    result["perplexity"] = math.exp(result["loss"])
+    if num_bytes is not None:
+        result["bits_per_byte"] = bits_per_byte(total_nats, num_bytes)
+    return result
+
+
+class RetroTrainer(Trainer):
+    r"""
+    `Trainer` for RETRO: batches come from a [`RetroCollator`], and `evaluate()` reports the held-out loss, perplexity
+    and bits per byte with retrieval on, off and with shuffled neighbours (`eval_on_loss`, `eval_off_loss`,
+    `eval_shuffled_loss`, ...) when the eval dataset is a [`RetroSequences`].
+
+    Args (besides the `Trainer`'s):
+        database_chunks ([`RetroChunks`]): what neighbour ids point into.
+        eval_num_bytes (`int`, *optional*): UTF-8 bytes of the evaluated text, for bits per byte.
+    """
+
+    data_collator_class = RetroCollator
+
+    def __init__(self, *args, database_chunks: RetroChunks, eval_num_bytes: int | None = None, **kwargs):
+        kwargs.setdefault("data_collator", RetroCollator(database_chunks))
+        super().__init__(*args, **kwargs)
+        # Features carry `neighbour_ids`, which no forward takes: the collator needs them, so nothing may drop them.
+        self.args.remove_unused_columns = False
+        self.database_chunks = database_chunks
+        self.eval_num_bytes = eval_num_bytes
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if not isinstance(dataset, RetroSequences):
+            return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+        metrics = {}
+        for mode in RETRIEVAL_MODES:
+            collator = RetroCollator(self.database_chunks, retrieval="off" if mode == "off" else "on")
+            data = dataset.with_shuffled_neighbours() if mode == "shuffled" else dataset
+            result = evaluate_bits_per_byte(self.model, data, collator, num_bytes=self.eval_num_bytes,
+                                            batch_size=self.args.per_device_eval_batch_size)  # fmt: skip
+            for key in ("loss", "perplexity", "bits_per_byte"):
+                if key in result:
+                    metrics[f"{metric_key_prefix}_{mode}_{key}"] = result[key]
+        self.log(metrics)
+        return metrics
+
+
+__all__ = [
+    "RETRIEVAL_MODES",
+    "RetroCollator",
+    "RetroSequences",
+    "RetroTrainer",
+    "bits_per_byte",
+    "evaluate_bits_per_byte",
+]

@@ -1,0 +1,195 @@
+"""RETRO modeling: CCA causality, cache parity, RETRO-fitting identity, Auto round trip, clear input errors."""
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
+from retro_helpers import CHUNK, VOCAB, tiny_retro_config
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+from realm_hf.retro import RetroCache, RetroConfig, RetroForCausalLM, RetroModel, paper_cca_layers
+
+
+def _model(seed: int = 0, **overrides) -> RetroForCausalLM:
+    torch.manual_seed(seed)
+    model = RetroForCausalLM(tiny_retro_config(**overrides)).eval()
+    # CCA's output projection starts at zero (a fresh branch adds nothing); give it weights so neighbours matter.
+    for layer in model.transformer.h:
+        if layer.cca is not None:
+            torch.nn.init.normal_(layer.cca.attention.output.weight, std=0.3)
+    return model
+
+
+def _neighbours(batch: int, chunks: int, k: int = 2, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, chunks, k, 2 * CHUNK), generator=generator)
+
+
+def _retriever(chunk: torch.Tensor) -> torch.Tensor:
+    """Deterministic fake retrieval: neighbours depend on the chunk's tokens only."""
+    generator = torch.Generator().manual_seed(int((chunk * torch.arange(1, chunk.shape[1] + 1)).sum()))
+    return torch.randint(3, VOCAB, (chunk.shape[0], 2, 2 * CHUNK), generator=generator)
+
+
+def test_paper_cca_layers():
+    assert paper_cca_layers(12) == [5, 8, 11]
+    assert paper_cca_layers(24) == [8, 11, 14, 17, 20, 23]
+    assert RetroConfig().cca_layers == [5, 8, 11]
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 2])
+def test_cca_is_causal(chunk):
+    """Neighbours of chunk u reach tokens from chunk u's last token on, never before."""
+    model = _model()
+    input_ids = torch.randint(3, VOCAB, (2, 3 * CHUNK + 2))
+    neighbours = _neighbours(2, 3)
+    changed = neighbours.clone()
+    changed[:, chunk] = _neighbours(2, 1, seed=7)[:, 0]
+    with torch.no_grad():
+        before = model(input_ids, neighbour_input_ids=neighbours).logits
+        after = model(input_ids, neighbour_input_ids=changed).logits
+    first_reader = chunk * CHUNK + CHUNK - 1
+    assert torch.equal(before[:, :first_reader], after[:, :first_reader])
+    assert not torch.allclose(before[:, first_reader], after[:, first_reader])
+
+
+def test_first_tokens_see_no_neighbours_and_off_differs():
+    model = _model()
+    input_ids = torch.randint(3, VOCAB, (2, 3 * CHUNK))
+    with torch.no_grad():
+        on = model(input_ids, neighbour_input_ids=_neighbours(2, 3)).logits
+        off = model(input_ids).logits
+    assert torch.equal(on[:, : CHUNK - 1], off[:, : CHUNK - 1])
+    assert not torch.allclose(on[:, CHUNK - 1 :], off[:, CHUNK - 1 :])
+
+
+def test_incremental_cache_matches_full_forward():
+    model = _model()
+    input_ids = torch.randint(3, VOCAB, (2, 3 * CHUNK + 1))
+    neighbours = _neighbours(2, 3)
+    with torch.no_grad():
+        full = model(input_ids, neighbour_input_ids=neighbours).logits
+        cache = RetroCache(model.config)
+        pieces = [model(input_ids[:, :6], past_key_values=cache, use_cache=True,
+                        neighbour_input_ids=neighbours[:, : 6 // CHUNK]).logits]  # fmt: skip
+        for position in range(6, input_ids.shape[1]):
+            step = model(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True,
+                         neighbour_input_ids=neighbours[:, : (position + 1) // CHUNK])  # fmt: skip
+            pieces.append(step.logits)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
+    assert cache.num_encoded_chunks == 3
+
+
+@pytest.mark.parametrize("retrieval", [True, False])
+def test_generate_with_cache_equals_recomputation(retrieval):
+    model = _model()
+    prompt = torch.randint(3, VOCAB, (2, 3))
+    kwargs = {"retriever": _retriever} if retrieval else {}
+    cached = model.generate(prompt, 4 * CHUNK + 1, **kwargs)
+    reference = model.generate(prompt, 4 * CHUNK + 1, use_cache=False, **kwargs)
+    assert cached.shape == (2, 3 + 4 * CHUNK + 1)
+    assert torch.equal(cached, reference)
+    if retrieval:  # retrieval changed what was generated
+        assert not torch.equal(cached, model.generate(prompt, 4 * CHUNK + 1))
+
+
+def test_generate_without_retriever_past_prompt_neighbours_raises():
+    model = _model()
+    prompt = torch.randint(3, VOCAB, (1, CHUNK))
+    with pytest.raises(ValueError, match="pass a retriever"):
+        model.generate(prompt, CHUNK + 1, neighbour_input_ids=_neighbours(1, 1))
+
+
+def _tiny_gpt2() -> GPT2LMHeadModel:
+    torch.manual_seed(3)
+    config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=3, n_head=4, n_positions=64, bos_token_id=1,
+                        eos_token_id=2, pad_token_id=0)  # fmt: skip
+    return GPT2LMHeadModel(config).eval()
+
+
+def test_retrofit_without_retrieval_is_bit_identical_to_base():
+    base = _tiny_gpt2()
+    model = RetroForCausalLM.from_base_model(base, chunk_size=CHUNK, cca_layers=[1, 2], encoder_hidden_size=16,
+                                             encoder_num_heads=2, encoder_num_layers=1).eval()  # fmt: skip
+    input_ids = torch.randint(3, VOCAB, (2, 3 * CHUNK + 2))
+    with torch.no_grad():
+        assert torch.equal(model(input_ids).logits, base(input_ids).logits)
+        # Fresh CCA adds exactly zero, so even retrieval on starts at the base model.
+        on = model(input_ids, neighbour_input_ids=_neighbours(2, 3)).logits
+    torch.testing.assert_close(on, base(input_ids).logits)
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    assert trainable and all(RetroForCausalLM.is_retro_parameter(name) for name in trainable)
+    assert not any(parameter.requires_grad for parameter in model.transformer.wte.parameters())
+
+    # Train the new weights a little: the base weights do not move and retrieval off stays bit-identical.
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(3):
+        loss = model(input_ids, neighbour_input_ids=_neighbours(2, 3), labels=input_ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(input_ids).logits, base(input_ids).logits)
+        assert not torch.allclose(
+            model(input_ids, neighbour_input_ids=_neighbours(2, 3)).logits, base(input_ids).logits
+        )
+
+
+def test_save_and_load_through_auto_classes(tmp_path):
+    model = _model()
+    model.save_pretrained(tmp_path)
+    assert AutoConfig.from_pretrained(tmp_path).model_type == "retro"
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is RetroForCausalLM
+    assert loaded.config.cca_layers == [1, 2]
+    input_ids = torch.randint(3, VOCAB, (2, 2 * CHUNK))
+    neighbours = _neighbours(2, 2)
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids, neighbour_input_ids=neighbours).logits,
+                           model(input_ids, neighbour_input_ids=neighbours).logits)  # fmt: skip
+    assert type(AutoModelForCausalLM.from_config(tiny_retro_config()).transformer) is RetroModel
+    assert not list(tmp_path.glob("*.bin"))
+
+
+@pytest.mark.parametrize(
+    ("neighbours", "message"),
+    [
+        (torch.zeros(2, 3, 2 * CHUNK, dtype=torch.long), "4-D tensor"),
+        (torch.zeros(2, 1, 2, 2 * CHUNK, dtype=torch.long), "complete chunks"),
+        (torch.zeros(2, 5, 2, 2 * CHUNK, dtype=torch.long), "complete chunks"),
+        (torch.zeros(3, 3, 2, 2 * CHUNK, dtype=torch.long), "batch size 3"),
+        (torch.zeros(2, 3, 2, 2 * CHUNK), "token ids"),
+    ],
+)
+def test_bad_neighbours_raise_clear_errors(neighbours, message):
+    model = _model()
+    with pytest.raises(ValueError, match=message):
+        model(torch.randint(3, VOCAB, (2, 3 * CHUNK)), neighbour_input_ids=neighbours)
+
+
+def test_other_bad_inputs_raise():
+    model = _model()
+    input_ids = torch.randint(3, VOCAB, (2, 2 * CHUNK))
+    with pytest.raises(ValueError, match="neighbour_attention_mask"):
+        model(input_ids, neighbour_input_ids=_neighbours(2, 2), neighbour_attention_mask=torch.ones(2, 2, 2, 3))
+    cache = RetroCache(model.config)
+    model(input_ids, past_key_values=cache, use_cache=True)
+    with pytest.raises(ValueError, match="retrieval off"):
+        model(input_ids[:, :1], past_key_values=cache, use_cache=True, neighbour_input_ids=_neighbours(2, 2))
+    with pytest.raises(ValueError, match="n_positions"):
+        model(torch.randint(3, VOCAB, (1, 65)))
+    with pytest.raises(StrictDataclassClassValidationError, match="cca_layers"):
+        tiny_retro_config(cca_layers=[3])
+    with pytest.raises(StrictDataclassClassValidationError, match="encoder_hidden_size"):
+        tiny_retro_config(encoder_hidden_size=15)
+
+
+def test_fully_padded_neighbours_add_nothing():
+    model = _model()
+    input_ids = torch.randint(3, VOCAB, (1, 2 * CHUNK))
+    with torch.no_grad():
+        padded = model(input_ids, neighbour_input_ids=torch.zeros(1, 2, 2, 2 * CHUNK, dtype=torch.long)).logits
+        off = model(input_ids).logits
+    assert torch.isfinite(padded).all()
+    torch.testing.assert_close(padded, off)

@@ -1,0 +1,75 @@
+"""RETRO training helpers: sequences, collator, bits per byte, Trainer with a frozen base."""
+
+import math
+
+import torch
+from retro_helpers import CHUNK, VOCAB, tiny_retro_config
+from transformers import TrainingArguments
+
+from realm_hf.retro import (
+    RetroCollator,
+    RetroForCausalLM,
+    RetroSequences,
+    RetroTrainer,
+    bits_per_byte,
+    chunk_documents,
+    evaluate_bits_per_byte,
+)
+
+
+def _data():
+    generator = torch.Generator().manual_seed(0)
+    documents = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in (13, 9, 20, 7)]
+    chunks = chunk_documents(documents, CHUNK)
+    neighbour_ids = torch.randint(0, len(chunks), (len(chunks), 2), generator=generator)
+    return chunks, neighbour_ids
+
+
+def test_sequences_and_collator():
+    chunks, neighbour_ids = _data()
+    sequences = RetroSequences(chunks, neighbour_ids, chunks_per_sequence=2)
+    # 4 + 3 + 5 + 2 chunks -> windows of at most 2 chunks that never cross a document
+    assert [count for _, count in sequences.windows] == [2, 2, 2, 1, 2, 2, 1, 2]
+    batch = RetroCollator(chunks)([sequences[3], sequences[0]])
+    assert batch["input_ids"].shape == (2, 2 * CHUNK)
+    assert batch["neighbour_input_ids"].shape == (2, 2, 2, 2 * CHUNK)
+    assert (batch["labels"][0, CHUNK:] == -100).all()  # the short sequence is padded, padding ignored
+    assert (batch["neighbour_input_ids"][0, 1] == 0).all()  # its missing chunk has no neighbours
+    assert "neighbour_input_ids" not in RetroCollator(chunks, retrieval="off")([sequences[0]])
+    shuffled = sequences.with_shuffled_neighbours(seed=1)
+    assert sorted(shuffled.neighbour_ids.tolist()) == sorted(neighbour_ids.tolist())
+
+
+def test_bits_per_byte_and_modes():
+    assert math.isclose(bits_per_byte(math.log(2) * 10, 5), 2.0)
+    chunks, neighbour_ids = _data()
+    torch.manual_seed(0)
+    model = RetroForCausalLM(tiny_retro_config())
+    sequences = RetroSequences(chunks, neighbour_ids, chunks_per_sequence=3)
+    off = evaluate_bits_per_byte(model, sequences, RetroCollator(chunks, retrieval="off"), num_bytes=100)
+    on = evaluate_bits_per_byte(model, sequences, RetroCollator(chunks), num_bytes=100)
+    # every real token but the first of each window is predicted: 13 + 9 + 20 + 7 tokens in 6 windows
+    assert off["tokens"] == on["tokens"] == 49 - len(sequences)
+    # A fresh model's CCA output projection is zero: retrieval changes nothing yet.
+    assert math.isclose(on["nats"], off["nats"], rel_tol=1e-5)
+    assert math.isclose(on["bits_per_byte"], on["nats"] / math.log(2) / 100)
+
+
+def test_trainer_trains_only_the_new_weights(tmp_path):
+    chunks, neighbour_ids = _data()
+    torch.manual_seed(0)
+    model = RetroForCausalLM(tiny_retro_config())
+    model.freeze_base_model()
+    frozen = model.transformer.wte.weight.detach().clone()
+    cca = model.transformer.h[1].cca.attention.output.weight.detach().clone()
+    sequences = RetroSequences(chunks, neighbour_ids, chunks_per_sequence=2)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
+                             report_to=[], save_strategy="no", use_cpu=True, logging_steps=1,
+                             per_device_eval_batch_size=4)  # fmt: skip
+    trainer = RetroTrainer(model=model, args=args, train_dataset=sequences, eval_dataset=sequences,
+                           database_chunks=chunks, eval_num_bytes=500)  # fmt: skip
+    trainer.train()
+    assert torch.equal(model.transformer.wte.weight, frozen)
+    assert not torch.equal(model.transformer.h[1].cca.attention.output.weight, cca)
+    metrics = trainer.evaluate()
+    assert {"eval_on_bits_per_byte", "eval_off_bits_per_byte", "eval_shuffled_bits_per_byte"} <= set(metrics)
