@@ -19,8 +19,8 @@ salient span (a date, or a corpus title as an entity) are the training examples,
       --index ict-index/ --output-dir pretrained --max-steps 300 --refresh async --refresh-every 50
   torchrun --nproc_per_node 2 -m realm_hf.cli pretrain ... --refresh sync   # data-parallel
 
-OUTPUT/checkpoints/ holds Trainer checkpoints (a re-run resumes from the last); OUTPUT/refresh/ the refreshed
-indexes; at the end OUTPUT/embedder/ (RealmEmbedder + tokenizer), OUTPUT/encoder/ (RealmKnowledgeAugEncoder) and
+OUTPUT/checkpoints/ holds Trainer checkpoints (a re-run resumes from the last); OUTPUT/initial_index/ the index
+built from --embedder when no --index is given; OUTPUT/refresh/ the refreshed indexes (the newest 3 kept); at the end OUTPUT/embedder/ (RealmEmbedder + tokenizer), OUTPUT/encoder/ (RealmKnowledgeAugEncoder) and
 OUTPUT/index/ (the corpus embedded with the final embedder) and OUTPUT/pretrain_results.json (metrics log).
 """
 
@@ -97,7 +97,8 @@ def cmd_pretrain(args) -> int:
         freeze_word_embeddings(model)
 
     refresh_dir = output / "refresh"
-    initial_index = Path(args.index) if args.index else refresh_dir / "indexes" / "step-00000000"
+    # Outside refresh/, whose old indexes are pruned: the warm start's index stays for comparisons.
+    initial_index = Path(args.index) if args.index else output / "initial_index"
     with state.main_process_first():
         if state.is_main_process:
             output.mkdir(parents=True, exist_ok=True)
