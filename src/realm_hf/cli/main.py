@@ -17,6 +17,8 @@ commands:
   evaluate  exact match, official EM, F1, reader oracle and recall@k on a JSONL question set
   train  fine-tune a RealmForOpenQA model on question/answer pairs with the Trainer (ORQA recipe)
   push   upload a model directory (model, tokenizer, block records, index, model card) to the Hub in one commit
+  pretrain  REALM pretraining: retrieval-augmented MLM over salient spans, index refreshed while training
+  convert   import Google's TensorFlow REALM/ORQA checkpoints, block_emb and blocks.tfr (no TensorFlow)
 
 examples:
   realm-hf demo
