@@ -195,3 +195,8 @@ def test_cli_train_two_processes_equal_one_process_over_the_same_global_batch(de
     assert results[0]["dev"]["eval_exact_match"] == results[1]["dev"]["eval_exact_match"]
     # The output answers questions as it is: model, tokenizer and the model's own block records.
     assert (tmp_path / "one" / "vocab.txt").is_file() and any((tmp_path / "one").glob("block_records*"))
+    # A re-run finds the finished run and stops (resuming at max_steps would make the Trainer run one extra step).
+    again = subprocess.run([sys.executable, *_train_command(demo_dir, data, tmp_path / "one", 4)],
+                           capture_output=True, text=True, env=env)  # fmt: skip
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+    assert json.loads((tmp_path / "one" / "train_results.json").read_text())["global_step"] == 2

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import finished_run, positive_int
 
 HELP = """\
 Starts from an embedder (e.g. the ICT warm start's block_embedder/) and an encoder (a RealmKnowledgeAugEncoder or any
@@ -77,10 +77,7 @@ def cmd_pretrain(args) -> int:
 
     output = Path(args.output_dir)
     state = process_state()
-    results = output / "pretrain_results.json"
-    if results.is_file() and not args.no_resume and json.loads(results.read_text())["global_step"] >= args.max_steps:
-        # Resuming from a checkpoint at max_steps would make the Trainer (5.23) run one more step.
-        print(f"realm-hf pretrain: {output} already holds a run of {args.max_steps} steps ({results}); nothing to do.")
+    if not args.no_resume and finished_run(output / "pretrain_results.json", args.max_steps):
         return 0
     try:
         documents = open_corpus(args.documents)

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import finished_run, positive_int
 
 HELP = """\
 Data: JSON lines (or .json / .csv / .parquet), one question each: {"question": str, "answers": [str, ...]} (NQ-open)
@@ -82,6 +82,8 @@ def cmd_train(args) -> int:
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     max_steps = args.max_steps or num_update_steps(len(train_rows), args.batch_size, args.num_epochs, world_size)
+    if not args.no_resume and finished_run(output / "train_results.json", max_steps):
+        return 0
     eval_steps = args.eval_steps or max(1, max_steps // 10)
     overrides = {"per_device_train_batch_size": args.batch_size, "per_device_eval_batch_size": args.eval_batch_size,
                  "learning_rate": args.learning_rate, "seed": args.seed, "save_total_limit": args.save_total_limit,
