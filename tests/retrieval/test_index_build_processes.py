@@ -40,6 +40,52 @@ def test_two_process_build_equals_one_process(tmp_path):
     assert len(_shard_bytes(tmp_path / "one")) == 5
 
 
+# One rank of the check below: rank 1 reads the finished index's manifest a second late, and rank 0 moves the index
+# the moment `build_index` returns, as the pretraining refresher renames its partial build.
+_MOVE_AT_ONCE_WORKER = """
+import os, sys, time
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+import realm_hf.retrieval.index_builder as builder
+from realm_hf import RealmEmbedder
+from realm_hf.retrieval.distributed import process_state
+
+model, work = Path(sys.argv[1]), Path(sys.argv[2])
+state = process_state()
+read_manifest = builder.read_manifest
+
+
+def late_read(directory):
+    if state.process_index == 1:
+        time.sleep(1.0)
+    return read_manifest(directory)
+
+
+builder.read_manifest = late_read
+manifest = builder.build_index(RealmEmbedder.from_pretrained(model), AutoTokenizer.from_pretrained(model),
+                               [f"Paris is the capital of France {i}." for i in range(40)], work / "partial",
+                               shard_size=8, progress=False)
+if state.is_main_process:
+    os.replace(work / "partial", work / "final")
+(work / f"rank{state.process_index}.txt").write_text(str(manifest["num_blocks"]))
+"""
+
+
+def test_every_rank_has_read_the_manifest_before_build_index_returns(tmp_path):
+    """A caller may move the index as soon as `build_index` returns on its rank; the other ranks must not still need
+    its files then (this once failed `realm-hf pretrain --refresh sync` under torchrun at random)."""
+    model = ensure_demo_model(tmp_path / "demo")
+    worker = tmp_path / "worker.py"
+    worker.write_text(_MOVE_AT_ONCE_WORKER)
+    result = subprocess.run([*torchrun(2), str(worker), str(model), str(tmp_path)], capture_output=True, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "final" / "index.json").is_file() and not (tmp_path / "partial").exists()
+    assert [(tmp_path / f"rank{rank}.txt").read_text() for rank in (0, 1)] == ["40", "40"]
+
+
 @pytest.mark.slow
 def test_kill_9_mid_build_on_the_offline_corpus_resumes_byte_identical(tmp_path):
     corpora = pytest.importorskip("realm_hf.data.corpora")

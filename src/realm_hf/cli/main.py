@@ -197,7 +197,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return args.func(args)
+    try:
+        return args.func(args)
+    finally:
+        _close_process_group()
+
+
+def _close_process_group() -> None:
+    """Under torchrun, destroy the process group a command set up: left to the interpreter's exit, gloo's threads can
+    abort the process ("terminate called without an active exception") after the work is done."""
+    import sys
+
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -177,7 +177,11 @@ def build_index(
         write_manifest(directory, manifest)
         (directory / BUILD_SETTINGS_NAME).unlink(missing_ok=True)
     state.wait_for_everyone()
-    return read_manifest(directory)
+    written = read_manifest(directory)
+    # Every process has read the manifest before any returns: a caller may move the directory at once (the index
+    # refresher renames its partial build), and a slower rank would then find nothing to read.
+    state.wait_for_everyone()
+    return written
 
 
 @torch.no_grad()
