@@ -26,6 +26,7 @@ from realm_hf.training import (
     RealmPretrainer,
     SalientSpanCollator,
     TitleEntityTagger,
+    delayed_linear_schedule,
     freeze_pretraining_unused_parameters,
     pretraining_warmup_steps,
     realm_pretraining_loss,
@@ -194,7 +195,73 @@ def test_model_saves_as_one_checkpoint_and_as_plain_parts(setup, tmp_path):
     assert pretraining_warmup_steps(50) == 50 and pretraining_warmup_steps(5000) == 500
 
 
-def _train(setup, output: Path, mode: str | None, steps: int = 4, every: int = 2, resume: bool = False):
+def test_sentence_titles_are_read_first_and_never_masked(setup):
+    """`include_title=True`: the collator reads `title: sentence`, and only the sentence's spans are masked, though the
+    title itself is a salient entity for this tagger."""
+    documents, tokenizer = setup["documents"], setup["tokenizer"]
+    tagger = _tagger(documents)
+    rows = salient_sentences(documents, tagger, include_title=True)
+    assert [{key: row[key] for key in ("text", "block_id")} for row in rows] == salient_sentences(documents, tagger)
+    assert all(row["title"] == documents.titles([row["block_id"]])[0] for row in rows)
+    batch = SalientSpanCollator(tokenizer, tagger, max_length=64)(rows[:6])
+    for index, row in enumerate(rows[:6]):
+        prefix = tokenizer(block_text(row["title"], ""), add_special_tokens=False).input_ids
+        assert prefix and batch["input_ids"][index, 1 : 1 + len(prefix)].tolist() == prefix
+        labelled = (batch["labels"][index] != IGNORE_INDEX).nonzero().flatten()
+        assert len(labelled) and int(labelled.min()) >= 1 + len(prefix)  # nothing of the title is masked
+    # Without titles the same rows mask the same kind of spans in the bare sentence.
+    bare = SalientSpanCollator(tokenizer, tagger, max_length=64)([{k: row[k] for k in ("text", "block_id")}
+                                                                  for row in rows[:6]])  # fmt: skip
+    assert bare["input_ids"].shape[1] < batch["input_ids"].shape[1]
+
+
+def test_delayed_linear_schedule_is_the_trainers_linear_schedule_shifted():
+    from transformers import get_linear_schedule_with_warmup
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    linear = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=3, num_training_steps=10)
+    reference = [linear.lr_lambdas[0](step) for step in range(12)]
+    assert [delayed_linear_schedule(step, 0, 3, 10) for step in range(12)] == pytest.approx(reference)
+    delayed = [delayed_linear_schedule(step, 4, 2, 10) for step in range(12)]
+    assert delayed[:5] == [0.0] * 5 and delayed[5] == 0.5 and delayed[6] == 1.0 and delayed[10:] == [0.0, 0.0]
+    assert delayed[6:10] == pytest.approx([1.0, 0.75, 0.5, 0.25])
+
+
+def test_the_retriever_waits_for_its_start_step_and_learns_at_its_own_rate(setup, tmp_path):
+    """`retriever_start_step=2`: the embedder is bit-identical after 2 steps while the encoder moved; then it learns,
+    at `retriever_learning_rate`, logged beside the encoder's."""
+    initial = _model(setup).state_dict()
+    trainer, model, _ = _train(setup, tmp_path, None, steps=4, retriever_learning_rate=1e-4, retriever_start_step=2)
+    parts = {group["part"] for group in trainer.optimizer.param_groups}
+    assert parts == {"encoder", "retriever"} and trainer.optimizer.param_groups[-1]["part"] == "retriever"
+    after_two = load_file(tmp_path / "checkpoints" / "checkpoint-2" / "model.safetensors")
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    for name in trainable:
+        moved = not torch.equal(after_two[name], initial[name])
+        assert moved == name.startswith("encoder."), name  # the embedder waits; every trained encoder weight moved
+    final = model.state_dict()
+    assert not torch.equal(final["embedder.cls.dense.weight"], initial["embedder.cls.dense.weight"])
+    logs = [entry for entry in trainer.state.log_history if "retriever_learning_rate" in entry]
+    # The rate each step used (no warm-up; linear decay to 0 at step 4, from step 2 for the retriever).
+    assert [entry["retriever_learning_rate"] for entry in logs] == pytest.approx([0.0, 0.0, 1e-4, 0.5e-4])
+    assert [entry["learning_rate"] for entry in logs] == pytest.approx([1e-3, 0.75e-3, 0.5e-3, 0.25e-3])
+    # Resumed from step 2 (optimizer groups and per-group schedule restored), the run ends where the unbroken one did.
+    import shutil
+
+    shutil.rmtree(tmp_path / "checkpoints" / "checkpoint-4")
+    _, resumed, _ = _train(setup, tmp_path, None, steps=4, resume=True, retriever_learning_rate=1e-4,
+                           retriever_start_step=2)  # fmt: skip
+    for name, value in resumed.state_dict().items():
+        torch.testing.assert_close(value, final[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_retriever_settings_are_checked(setup, tmp_path):
+    with pytest.raises(ValueError, match="retriever_start_step >= 0 and retriever_learning_rate >= 0, got -1 and None"):
+        _train(setup, tmp_path, None, steps=1, retriever_start_step=-1)
+
+
+def _train(setup, output: Path, mode: str | None, steps: int = 4, every: int = 2, resume: bool = False,
+           **trainer_kwargs):  # fmt: skip
     documents, tokenizer = setup["documents"], setup["tokenizer"]
     model = _model(setup)
     initial = output / "initial_index"
@@ -213,7 +280,8 @@ def _train(setup, output: Path, mode: str | None, steps: int = 4, every: int = 2
 
     rows = datasets.Dataset.from_list(salient_sentences(documents, _tagger(documents)))
     trainer = RealmPretrainer(model=model, args=args, train_dataset=rows, candidates=candidates, refresher=refresher,
-                              data_collator=SalientSpanCollator(tokenizer, _tagger(documents), max_length=32))  # fmt: skip
+                              data_collator=SalientSpanCollator(tokenizer, _tagger(documents), max_length=32),
+                              **trainer_kwargs)  # fmt: skip
     trainer.train(resume_from_checkpoint=True if resume else None)
     return trainer, model, candidates
 
@@ -313,6 +381,23 @@ def test_cli_pretrain_two_processes_equal_one_process_over_the_same_global_batch
                            text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0 and "nothing to do" in again.stdout
     assert json.loads((tmp_path / "one" / "pretrain_results.json").read_text())["global_step"] == 3
+
+
+def test_cli_pretrain_checks_sentence_titles_and_retriever_options(setup, tmp_path):
+    """A run resumed with another --sentence-title would mix two kinds of examples: refused, naming both settings;
+    a negative --retriever-start-step is an argparse error naming the value."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "sentences.jsonl").write_text(json.dumps({"text": "In 1990.", "block_id": 0}) + "\n")
+    command = [sys.executable, "-m", "realm_hf.cli", "pretrain", "--embedder", str(setup["root"] / "embedder"),
+               "--documents", str(setup["root"] / "documents"), "--output-dir", str(tmp_path / "out"),
+               "--max-steps", "1"]  # fmt: skip
+    result = subprocess.run([*command, "--sentence-title"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "written without sentence titles" in result.stderr
+    assert "asks for them on (--sentence-title)" in result.stderr
+    result = subprocess.run([*command, "--retriever-start-step", "-3"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "expected an integer >= 0, got '-3'" in result.stderr
+    result = subprocess.run([*command, "--retriever-learning-rate", "nan"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "expected a number >= 0, got 'nan'" in result.stderr
 
 
 def test_cli_pretrain_reports_a_missing_corpus(setup, tmp_path):

@@ -5,14 +5,34 @@ import json
 from pathlib import Path
 
 
-def positive_int(value: str) -> int:
-    """An integer >= 1, or an argparse error that names what was received."""
+def _int_at_least(value: str, minimum: int, what: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+        number = minimum - 1
+    if number < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1, or an argparse error that names what was received."""
+    return _int_at_least(value, 1, "a positive integer")
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0, or an argparse error that names what was received."""
+    return _int_at_least(value, 0, "an integer >= 0")
+
+
+def non_negative_float(value: str) -> float:
+    """A finite number >= 0, or an argparse error that names what was received."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}")
     return number
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .arguments import finished_run, positive_int
+from .arguments import finished_run, non_negative_float, non_negative_int, positive_int
 
 HELP = """\
 Starts from an embedder (e.g. the ICT warm start's block_embedder/) and an encoder (a RealmKnowledgeAugEncoder or any
@@ -38,19 +38,23 @@ def _tagger(documents, args):
     return CombinedTagger(*taggers)
 
 
-def _sentences(output: Path, documents, tagger) -> list[dict]:
+def _sentences(output: Path, documents, tagger, include_title: bool) -> list[dict]:
     """The salient sentences of the corpus, found once and kept in OUTPUT/sentences.jsonl."""
     from realm_hf.atomic import atomic_path
     from realm_hf.training.pretrain import salient_sentences
 
     path = output / "sentences.jsonl"
     if not path.is_file():
-        rows = salient_sentences(documents, tagger)
+        rows = salient_sentences(documents, tagger, include_title=include_title)
         with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as file:
             file.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not rows:
         raise ValueError("no sentence of the corpus has a salient span (a date or a title); nothing to train on.")
+    if ("title" in rows[0]) != include_title:
+        raise ValueError(f"{path} was written {'with' if 'title' in rows[0] else 'without'} sentence titles, but this "
+                         f"run asks for them {'on' if include_title else 'off'} (--sentence-title); use the first "
+                         "run's setting, or another --output-dir.")  # fmt: skip
     return rows
 
 
@@ -100,7 +104,11 @@ def cmd_pretrain(args) -> int:
         if state.is_main_process:
             output.mkdir(parents=True, exist_ok=True)
         tagger = _tagger(documents, args)
-        rows = _sentences(output, documents, tagger)
+        try:
+            rows = _sentences(output, documents, tagger, args.sentence_title)
+        except ValueError as error:
+            print(f"realm-hf pretrain: {error}", file=sys.stderr)
+            return 1
     if not (initial_index / "index.json").is_file():
         if args.index:
             print(f"realm-hf pretrain: {args.index} is not an index directory (no index.json).", file=sys.stderr)
@@ -126,7 +134,9 @@ def cmd_pretrain(args) -> int:
     )  # fmt: skip
     collator = SalientSpanCollator(tokenizer, tagger, max_length=args.query_length, seed=args.seed)
     trainer = RealmPretrainer(model=model, args=training_args, train_dataset=datasets.Dataset.from_list(rows),
-                              data_collator=collator, candidates=candidates, refresher=refresher)  # fmt: skip
+                              data_collator=collator, candidates=candidates, refresher=refresher,
+                              retriever_learning_rate=args.retriever_learning_rate,
+                              retriever_start_step=args.retriever_start_step)  # fmt: skip
     resume = any((output / "checkpoints").glob("checkpoint-*")) and not args.no_resume
     started = time.time()
     trainer.train(resume_from_checkpoint=True if resume else None)
@@ -161,6 +171,11 @@ def add_parser(subparsers) -> None:
     pretrain.add_argument("--max-steps", type=positive_int, required=True, help="optimizer steps")
     pretrain.add_argument("--batch-size", type=positive_int, default=8, help="sentences per step per process")
     pretrain.add_argument("--learning-rate", type=float, default=3e-5, help="peak learning rate (REALM: 3e-5)")
+    pretrain.add_argument("--retriever-learning-rate", type=non_negative_float,
+                          help="peak learning rate of the embedder (default: --learning-rate)")  # fmt: skip
+    pretrain.add_argument("--retriever-start-step", type=non_negative_int, default=0,
+                          help="steps before the embedder starts learning (its learning rate is 0 until then, then "
+                               "warms up): lets an encoder with a fresh MLM head learn to read blocks first")  # fmt: skip
     pretrain.add_argument("--optim", default="adamw_torch", help="a TrainingArguments optimizer name (default: "
                                                                  "adamw_torch)")  # fmt: skip
     pretrain.add_argument("--warmup-steps", type=int, help="default: REALM's min(10000, max(100, steps / 10))")
@@ -175,6 +190,9 @@ def add_parser(subparsers) -> None:
     pretrain.add_argument("--refresh-threads", type=positive_int, help="CPU threads of the async refresher")
     pretrain.add_argument("--embed-batch-size", type=positive_int, default=64, help="blocks per embedding batch")
     pretrain.add_argument("--no-title-entities", action="store_true", help="do not mask the corpus titles")
+    pretrain.add_argument("--sentence-title", action="store_true",
+                          help="read each sentence after its block's title (unmasked context): for corpora of titled "
+                               "records whose sentences do not name their subject; REALM's sentences have none")  # fmt: skip
     pretrain.add_argument("--entities", help="a text file of entity names to mask, one per line (besides titles)")
     pretrain.add_argument("--logging-steps", type=positive_int, default=10, help="steps between logged metrics")
     pretrain.add_argument("--save-steps", type=positive_int, default=100, help="steps between checkpoints")

@@ -25,6 +25,7 @@ candidates share one embedder, as REALM's `share_embedders=True`.
     H - hidden size     V - vocabulary
 """
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -51,22 +52,31 @@ PRETRAINING_UNUSED_MODULES = ("embedder.cls.predictions", "encoder.realm.pooler"
 # data
 
 
-def salient_sentences(documents, tagger: Callable[[str], list], block_ids: Iterable[int] | None = None) -> list[dict]:
+def salient_sentences(documents, tagger: Callable[[str], list], block_ids: Iterable[int] | None = None,
+                      include_title: bool = False) -> list[dict]:  # fmt: skip
     r"""
     The pretraining examples of a corpus: every sentence ([`split_sentences`]) of every block in which `tagger` finds
     a salient span, as `{"text": sentence, "block_id": id}` rows for [`SalientSpanCollator`].
 
     Args:
-        documents (`DocumentStore` or anything with `texts(ids)` and `__len__`): the corpus.
+        documents (`DocumentStore` or anything with `texts(ids)`, `titles(ids)` and `__len__`): the corpus.
         tagger (`SalientSpanTagger`): e.g. `CombinedTagger(DateTagger(), TitleEntityTagger(titles))`.
         block_ids (`Iterable[int]`, *optional*): the blocks to read (default: all).
+        include_title (`bool`, defaults to `False`): add the block's `title` to each row, which the collator reads
+            before the sentence as unmasked context. REALM's Wikipedia sentences stand alone; the sentences of titled
+            records often do not name their subject (a factbook "Independence" field says "3 October 1932", the
+            title says which country), and then only the title lets retrieval help.
     """
     ids = list(range(len(documents))) if block_ids is None else [int(i) for i in block_ids]
     rows = []
     for start in range(0, len(ids), 4096):
         batch = ids[start : start + 4096]
-        for block_id, text in zip(batch, documents.texts(batch), strict=True):
-            rows.extend({"text": sentence, "block_id": block_id} for sentence in split_sentences(text) if tagger(sentence))
+        titles = documents.titles(batch) if include_title else [None] * len(batch)
+        for block_id, title, text in zip(batch, titles, documents.texts(batch), strict=True):
+            for sentence in split_sentences(text):
+                if tagger(sentence):
+                    row = {"text": sentence, "block_id": block_id}
+                    rows.append(row if title is None else {**row, "title": title})
     return rows
 
 
@@ -397,19 +407,79 @@ class RealmPretrainer(Trainer):
     `source_block_ids` are consumed here). The loss is a mean over the masked wordpieces of the whole optimizer
     step: the Trainer counts them (`num_items_in_batch`, over gradient-accumulation steps and, with
     `average_tokens_across_devices`, over processes), so N processes train as one process over the same global batch.
+
+    The retriever (the embedder) can learn on its own schedule: `retriever_learning_rate` (default: the Trainer's
+    `learning_rate`) and `retriever_start_step`: before it, the embedder's learning rate is 0 (it still chooses and
+    weighs the candidates) while the encoder learns to read blocks; from it, the embedder's rate warms up over
+    `warmup_steps` and decays linearly to 0 at the last step. An encoder with a fresh MLM head predicts the masked
+    span no better with one block than another at first, so the retriever's gradient is noise then, and Adam turns
+    noise into full-size updates; REALM started from BERT's trained MLM head and had no such phase.
+
+    Args:
+        candidates ([`PretrainingCandidates`]): chooses every batch's candidates.
+        refresher ([`IndexRefresher`], *optional*): refreshes the index while training.
+        retriever_learning_rate (`float`, *optional*): peak learning rate of the embedder.
+        retriever_start_step (`int`, defaults to 0): optimizer steps before the embedder starts learning.
     """
 
     model_class = RealmForPretraining
 
-    def __init__(self, *args, candidates: PretrainingCandidates, refresher=None, **kwargs):
+    def __init__(self, *args, candidates: PretrainingCandidates, refresher=None,
+                 retriever_learning_rate: float | None = None, retriever_start_step: int = 0, **kwargs):  # fmt: skip
         super().__init__(*args, **kwargs)
+        if retriever_start_step < 0 or (retriever_learning_rate is not None and retriever_learning_rate < 0):
+            raise ValueError(f"expected retriever_start_step >= 0 and retriever_learning_rate >= 0, got "
+                             f"{retriever_start_step} and {retriever_learning_rate}.")  # fmt: skip
+        if retriever_start_step and self.args.lr_scheduler_type != "linear":
+            raise ValueError(f"retriever_start_step needs lr_scheduler_type='linear' (REALM's), got "
+                             f"{self.args.lr_scheduler_type!r}.")  # fmt: skip
         # The Trainer then counts the masked wordpieces of each step and passes them to `compute_loss`.
         self.model_accepts_loss_kwargs = True
         self.candidates = candidates
         self.refresher = refresher
+        self.retriever_learning_rate = retriever_learning_rate
+        self.retriever_start_step = retriever_start_step
         self._metrics: dict[str, list[float]] = {}
+        self._retriever_rate: float | None = None
         if refresher is not None:
             self.add_callback(IndexRefreshCallback(refresher, candidates, self))
+
+    def create_optimizer(self, model=None):
+        """The Trainer's optimizer with the embedder's parameters in groups of their own (`part="retriever"`), last, so
+        that the logged `learning_rate` stays the encoder's."""
+        if self.optimizer is not None:
+            return self.optimizer
+        model = self.model if model is None else model
+        decay = set(self.get_decay_parameter_names(model))
+        groups = []
+        for part in ("encoder", "retriever"):
+            for with_decay in (True, False):
+                params = [parameter for name, parameter in model.named_parameters()
+                          if parameter.requires_grad and (name in decay) == with_decay
+                          and (_is_retriever_parameter(name) == (part == "retriever"))]  # fmt: skip
+                if params:
+                    group = {"params": params, "weight_decay": self.args.weight_decay if with_decay else 0.0,
+                             "part": part}  # fmt: skip
+                    if part == "retriever" and self.retriever_learning_rate is not None:
+                        group["lr"] = self.retriever_learning_rate
+                    groups.append(group)
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """The Trainer's scheduler, or, with `retriever_start_step`, REALM's linear warm-up and decay per group, the
+        embedder's starting at `retriever_start_step`."""
+        if self.lr_scheduler is not None or not self.retriever_start_step:
+            return super().create_scheduler(num_training_steps, optimizer)
+        optimizer = self.optimizer if optimizer is None else optimizer
+        warmup = self.args.get_warmup_steps(num_training_steps)
+        starts = [self.retriever_start_step if group.get("part") == "retriever" else 0 for group in optimizer.param_groups]
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, [functools.partial(delayed_linear_schedule, start=start, warmup_steps=warmup,
+                                          total_steps=num_training_steps) for start in starts]
+        )  # fmt: skip
+        return self.lr_scheduler
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = dict(inputs)
@@ -426,6 +496,9 @@ class RealmPretrainer(Trainer):
             for name in ("mlm_loss", "retrieval_utility", "null_probability"):
                 self._metrics.setdefault(name, []).append(float(getattr(outputs, name)))
             self._metrics.setdefault("index_staleness", []).append(self.state.global_step - self.candidates.index_step)
+            # The rate this step uses (the scheduler moves on after the optimizer step), as the Trainer's `learning_rate`.
+            rates = [group["lr"] for group in self.optimizer.param_groups if group.get("part") == "retriever"]
+            self._retriever_rate = rates[0] if rates else None
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
@@ -435,6 +508,8 @@ class RealmPretrainer(Trainer):
                     logs[name] = sum(values) / len(values)
             self._metrics = {}
             logs["index_step"] = self.candidates.index_step
+            if self._retriever_rate is not None:
+                logs["retriever_learning_rate"] = self._retriever_rate
         super().log(logs, *args, **kwargs)
 
 
@@ -466,6 +541,21 @@ class IndexRefreshCallback(TrainerCallback):
             self.candidates.swap(*fresh)
 
 
+def _is_retriever_parameter(name: str) -> bool:
+    return name.startswith("embedder.") or ".embedder." in name
+
+
+def delayed_linear_schedule(step: int, start: int, warmup_steps: int, total_steps: int) -> float:
+    """Learning-rate multiplier at optimizer `step`: 0 before `start`, then linear warm-up over `warmup_steps` and
+    linear decay to 0 at `total_steps` (the Trainer's "linear" schedule, shifted by `start`)."""
+    step -= start
+    if step < 0:
+        return 0.0
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    return max(0.0, (total_steps - start - step) / max(1, total_steps - start - warmup_steps))
+
+
 def pretraining_warmup_steps(max_steps: int) -> int:
     """REALM's warmup: `min(10000, max(100, steps / 10))`, capped at the run's length."""
     return min(max_steps, min(10_000, max(100, math.ceil(max_steps / 10))))
@@ -478,6 +568,7 @@ __all__ = [
     "RealmForPretraining",
     "RealmPretrainer",
     "RealmPretrainingOutput",
+    "delayed_linear_schedule",
     "freeze_pretraining_unused_parameters",
     "pretraining_warmup_steps",
     "realm_pretraining_loss",

@@ -24,6 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from transformers.utils import logging
 
+from ..retrieval.document_store import block_text
+
 logger = logging.get_logger(__name__)
 
 # The label of positions that are not predicted (ignored by `torch.nn.functional.cross_entropy`).
@@ -191,7 +193,12 @@ def _validate_spans(spans: Sequence[Span], text: str) -> list[Span]:
 
 
 def mask_salient_span(
-    text: str, tokenizer: Any, tagger: SalientSpanTagger, rng: random.Random, max_length: int = 128
+    text: str,
+    tokenizer: Any,
+    tagger: SalientSpanTagger,
+    rng: random.Random,
+    max_length: int = 128,
+    title: str | None = None,
 ) -> dict[str, Any] | None:
     r"""
     Masks one salient span of a sentence for REALM's masked-language-model pretraining.
@@ -207,13 +214,17 @@ def mask_salient_span(
         tagger ([`SalientSpanTagger`]): finds the candidate spans.
         rng (`random.Random`): chooses the span.
         max_length (`int`, defaults to 128): wordpieces per sequence, `[CLS]` and `[SEP]` included.
+        title (`str`, *optional*): context read before the sentence and never masked: the sequence is
+            `[CLS] title: sentence [SEP]` ([`block_text`]'s layout). For corpora of titled records whose sentences do
+            not name their subject ("3 October 1932 (from League of Nations mandate)" under "Iraq. Government.
+            Independence"), where the bare sentence gives the retriever nothing to go on.
 
     Returns:
         `None` when the sentence has no salient span (or none that fits in `max_length`): the caller drops the
         sentence, as REALM only builds examples from sentences with a salient span. Otherwise a `dict` with
         `input_ids` (`list[int]`, `[CLS] ... [SEP]` with the span's wordpieces replaced by `[MASK]`), `labels`
         (`list[int]`, the original ids at the masked positions and -100 elsewhere), `span` (the chosen
-        `(start, end, kind)`) and `masked_text` (`text` with the masked wordpieces' characters replaced by
+        `(start, end, kind)`, in `title: sentence` offsets when a title is given) and `masked_text` (`text` with the masked wordpieces' characters replaced by
         space-separated `[MASK]`s, for inspection).
     """
     if not getattr(tokenizer, "is_fast", False):
@@ -225,6 +236,11 @@ def mask_salient_span(
     spans = _validate_spans(tagger(text), text)
     if not spans:
         return None
+    if title:
+        # Spans are found in the sentence alone, so the title is context only; shift them past it.
+        prefix = block_text(title, "")
+        spans = [(start + len(prefix), end + len(prefix), kind) for start, end, kind in spans]
+        text = prefix + text
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     offsets = encoding["offset_mapping"][: max_length - 2]  # the wordpieces that survive truncation
     candidates = []  # (span, indices of its wordpieces in `offsets`)
@@ -260,7 +276,8 @@ class SalientSpanCollator:
     Turns sentences into REALM masked-language-model batches: `input_ids`, `attention_mask`, `token_type_ids` and
     `labels`, all `torch.LongTensor` of shape `(B, L)`, padded to the longest row (`labels` padded with -100).
 
-    Rows are mappings with `text` (one sentence) and optionally `block_id` (the corpus block the sentence comes from;
+    Rows are mappings with `text` (one sentence), optionally `title` (unmasked context read first, see
+    [`mask_salient_span`]) and optionally `block_id` (the corpus block the sentence comes from;
     then the batch also holds `source_block_ids`, `torch.LongTensor` of shape `(B,)`, which REALM pretraining keeps
     out of the sentence's retrieved candidates). Rows without a salient span are dropped, so `B` may be smaller than
     the number of rows; a batch in which no row has one raises `ValueError` (tag and filter the corpus beforehand, or
@@ -283,7 +300,8 @@ class SalientSpanCollator:
                 raise ValueError(f"expected rows with a 'text' string, got keys {sorted(row)}.")
             # A string seed is hashed with SHA-512 by `random.Random`: stable across processes, unlike `hash()`.
             rng = random.Random(f"{self.seed}\ntext={row['text']}")
-            example = mask_salient_span(row["text"], self.tokenizer, self.tagger, rng, max_length=self.max_length)
+            example = mask_salient_span(row["text"], self.tokenizer, self.tagger, rng, max_length=self.max_length,
+                                        title=row.get("title"))  # fmt: skip
             if example is not None:
                 examples.append(example)
                 if with_block_ids:
