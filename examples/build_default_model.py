@@ -66,10 +66,9 @@ def load_corpus(args):
 
 def stage_ict(args) -> None:
     import datasets
-    from transformers import TrainingArguments
 
     from realm_hf.modeling import RealmTokenizer
-    from realm_hf.training import ICTCollator, ICTTrainer, RealmICTModel
+    from realm_hf.training import ICTCollator, ICTTrainer, RealmICTModel, ict_training_arguments
 
     target = args.work_dir / "ict" / "model"
     if (target / "query_embedder" / "model.safetensors").is_file():
@@ -82,12 +81,10 @@ def stage_ict(args) -> None:
     model = RealmICTModel.from_bert(minilm_path(), share_encoders=True, retriever_proj_size=128)
     collator = ICTCollator(tokenizer, max_query_length=32, max_block_length=args.block_length,
                            title_query_probability=0.5, seed=args.seed)  # fmt: skip
-    training_args = TrainingArguments(
-        output_dir=str(args.work_dir / "ict" / "checkpoints"), per_device_train_batch_size=args.ict_batch_size,
-        max_steps=args.ict_steps, learning_rate=5e-5, warmup_steps=max(1, args.ict_steps // 10), weight_decay=0.01,
-        max_grad_norm=1.0, logging_steps=10, save_steps=max(1, args.ict_steps // 4), save_total_limit=1,
-        remove_unused_columns=False, label_names=[], report_to=[], seed=args.seed, dataloader_num_workers=0,
-    )  # fmt: skip
+    # ORQA's ICT recipe with a lower peak rate and a short warm-up for a run of minutes.
+    training_args = ict_training_arguments(str(args.work_dir / "ict" / "checkpoints"), args.ict_steps,
+                                           per_device_train_batch_size=args.ict_batch_size, learning_rate=5e-5,
+                                           warmup_steps=max(1, args.ict_steps // 10), seed=args.seed)  # fmt: skip
     trainer = ICTTrainer(model=model, args=training_args, train_dataset=rows, data_collator=collator)
     resume = any((args.work_dir / "ict" / "checkpoints").glob("checkpoint-*"))
     started = time.time()

@@ -21,6 +21,7 @@ from realm_hf.training import (
     ICTTrainer,
     RealmICTModel,
     ict_loss,
+    ict_training_arguments,
     make_ict_example,
     split_sentences,
 )
@@ -271,19 +272,9 @@ def test_save_pretrained_writes_two_embedder_checkpoints(tmp_path):
 
 def test_three_trainer_steps_run_log_and_save(tokenizer, tmp_path):
     model = tiny_ict_model()
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "run"),
-        max_steps=3,
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        use_cpu=True,
-        report_to="none",
-        remove_unused_columns=False,  # the collator needs `title` and `text`
-        label_names=[],  # the ICT loss needs no labels
-        seed=0,
-    )
+    # The recipe keeps the collator's `title` and `text` columns and expects no labels.
+    args = ict_training_arguments(str(tmp_path / "run"), 3, per_device_train_batch_size=4, learning_rate=1e-3,
+                                  logging_steps=1, save_strategy="no", use_cpu=True, seed=0)  # fmt: skip
     trainer = ICTTrainer(
         model=model,
         args=args,
@@ -299,6 +290,18 @@ def test_three_trainer_steps_run_log_and_save(tokenizer, tmp_path):
     for name in ("query_embedder", "block_embedder"):
         assert isinstance(RealmEmbedder.from_pretrained(tmp_path / "final" / name), RealmEmbedder)
     assert (tmp_path / "final" / "vocab.txt").exists()
+
+
+def test_ict_training_arguments_are_orqas_recipe():
+    args = ict_training_arguments("out", 20_000)
+    assert (args.learning_rate, args.weight_decay, args.max_grad_norm, args.lr_scheduler_type) == (1e-4, 0.01, 1.0,
+                                                                                                   "linear")  # fmt: skip
+    assert args.warmup_steps == 2000 and args.save_steps == 5000 and args.save_total_limit == 1
+    assert args.remove_unused_columns is False and args.label_names == []
+    assert ict_training_arguments("out", 50).warmup_steps == 50  # never longer than the run
+    assert ict_training_arguments("out", 50, learning_rate=5e-5).learning_rate == 5e-5
+    with pytest.raises(ValueError, match="max_steps must be >= 1, received 0"):
+        ict_training_arguments("out", 0)
 
 
 @pytest.mark.parametrize("share_encoders", [False, True])

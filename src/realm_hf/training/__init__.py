@@ -18,6 +18,7 @@ from .ict import (
     RealmICTModel,
     RealmICTOutput,
     ict_loss,
+    ict_training_arguments,
     make_ict_example,
     split_sentences,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "freeze_unused_parameters",
     "freeze_word_embeddings",
     "ict_loss",
+    "ict_training_arguments",
     "make_ict_example",
     "mask_salient_span",
     "num_update_steps",

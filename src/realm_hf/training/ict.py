@@ -23,11 +23,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from transformers import Trainer
+from transformers import Trainer, TrainingArguments
 from transformers.utils import ModelOutput, logging
 
 from ..modeling import RealmConfig, RealmEmbedder, RealmPreTrainedModel
 from ..retrieval.embedding import encode_blocks
+from .finetune import orqa_warmup_steps
 
 logger = logging.get_logger(__name__)
 
@@ -361,6 +362,31 @@ class RealmICTModel(RealmPreTrainedModel):
 # trainer
 
 
+def ict_training_arguments(output_dir: str, max_steps: int, **overrides) -> TrainingArguments:
+    r"""
+    `TrainingArguments` with ORQA's ICT settings (reference: orqa-realm-training §2.2): AdamW at lr 1e-4, weight
+    decay 0.01 (not on biases and LayerNorm), linear warm-up of [`orqa_warmup_steps`] then linear decay, gradient
+    clipping at 1.0; checkpoints every quarter of the run (the last kept), so an interrupted run resumes; the columns
+    [`ICTCollator`] reads are kept (`remove_unused_columns=False`) and no labels are expected (`label_names=[]`).
+    ORQA's batch was 4096 blocks (the in-batch negatives); the batch size is yours (`per_device_train_batch_size`).
+
+    Args:
+        output_dir (`str`): where checkpoints go.
+        max_steps (`int`): optimizer steps.
+        overrides: any other `TrainingArguments` field.
+    """
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, received {max_steps}.")
+    settings = {
+        "output_dir": output_dir, "max_steps": max_steps, "learning_rate": 1e-4, "weight_decay": 0.01,
+        "warmup_steps": orqa_warmup_steps(max_steps), "lr_scheduler_type": "linear", "max_grad_norm": 1.0,
+        "logging_steps": 10, "save_steps": max(1, max_steps // 4), "save_total_limit": 1,
+        "remove_unused_columns": False, "label_names": [], "report_to": [], "dataloader_num_workers": 0,
+    }  # fmt: skip
+    settings.update(overrides)
+    return TrainingArguments(**settings)
+
+
 class ICTTrainer(Trainer):
     r"""
     `Trainer` for [`RealmICTModel`] that also logs the in-batch `accuracy` (mean since the last log).
@@ -410,6 +436,7 @@ __all__ = [
     "RealmICTModel",
     "RealmICTOutput",
     "ict_loss",
+    "ict_training_arguments",
     "make_ict_example",
     "split_sentences",
 ]

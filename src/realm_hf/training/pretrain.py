@@ -26,7 +26,6 @@ candidates share one embedder, as REALM's `share_embedders=True`.
 """
 
 import functools
-import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -557,8 +556,11 @@ def delayed_linear_schedule(step: int, start: int, warmup_steps: int, total_step
 
 
 def pretraining_warmup_steps(max_steps: int) -> int:
-    """REALM's warmup: `min(10000, max(100, steps / 10))`, capped at the run's length."""
-    return min(max_steps, min(10_000, max(100, math.ceil(max_steps / 10))))
+    """REALM's warm-up, ORQA's formula ([`orqa_warmup_steps`]): `min(10000, max(100, steps // 10))`, capped at the
+    run's length."""
+    from .finetune import orqa_warmup_steps
+
+    return orqa_warmup_steps(max_steps)
 
 
 __all__ = [
