@@ -26,6 +26,7 @@ How it maps onto the paper:
 """
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,11 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Block, GPT2PreTrainedMode
 from transformers.utils import ModelOutput, logging
 
 from .configuration_retro import RetroConfig
+
+# transformers 5.24 renamed `past_key_values` to `cache`: in attention and mask signatures (the old keyword warns until
+# 5.40) and in model outputs (a `past_key_values=` keyword is rewritten to `cache=`). The cache keyword passed to
+# transformers' code is the installed version's; RETRO's outputs name the field `cache` on every version.
+CACHE_KWARG = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
 
 logger = logging.get_logger(__name__)
 
@@ -261,8 +267,8 @@ class RetroDecoderLayer(GPT2Block):
         if self.cca is None or encoded_neighbours is None:
             return super().forward(hidden_states, past_key_values, attention_mask, use_cache=use_cache, **kwargs)
         residual = hidden_states
-        attention_output, _ = self.attn(self.ln_1(hidden_states), past_key_values=past_key_values,
-                                        attention_mask=attention_mask, use_cache=use_cache, **kwargs)  # fmt: skip
+        attention_output, _ = self.attn(self.ln_1(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
+                                        **{CACHE_KWARG: past_key_values}, **kwargs)  # fmt: skip
         hidden_states = attention_output + residual
         hidden_states = hidden_states + self.cca(hidden_states, encoded_neighbours, neighbour_mask, past_length)
         return hidden_states + self.mlp(self.ln_2(hidden_states))
@@ -320,11 +326,16 @@ class RetroModelOutput(ModelOutput):
     r"""
     Args:
         last_hidden_state (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`): decoder output.
-        past_key_values (`RetroCache`, *optional*): returned with `use_cache=True`.
+        cache (`RetroCache`, *optional*): returned with `use_cache=True`; also readable as `past_key_values`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
-    past_key_values: RetroCache | None = None
+    cache: RetroCache | None = None
+
+    @property
+    def past_key_values(self) -> RetroCache | None:
+        """The cache under its name before transformers 5.24."""
+        return self.cache
 
 
 @dataclass
@@ -333,12 +344,17 @@ class RetroCausalLMOutput(ModelOutput):
     Args:
         loss (`torch.FloatTensor` of shape `(1,)`, *optional*): mean next-token cross-entropy, with `labels`.
         logits (`torch.FloatTensor` of shape `(batch_size, sequence_length, vocab_size)`): next-token logits.
-        past_key_values (`RetroCache`, *optional*): returned with `use_cache=True`.
+        cache (`RetroCache`, *optional*): returned with `use_cache=True`; also readable as `past_key_values`.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
-    past_key_values: RetroCache | None = None
+    cache: RetroCache | None = None
+
+    @property
+    def past_key_values(self) -> RetroCache | None:
+        """The cache under its name before transformers 5.24."""
+        return self.cache
 
 
 # ---------------------------------------------------------------------------------------------------- public models
@@ -488,7 +504,7 @@ class RetroModel(RetroPreTrainedModel):
         hidden_states = inputs_embeds + self.wpe(position_ids).to(inputs_embeds.device)
         self_attention_cache = past_key_values.self_attention_cache if past_key_values is not None else None
         causal_mask = create_causal_mask(config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                         past_key_values=self_attention_cache, position_ids=position_ids)  # fmt: skip
+                                         position_ids=position_ids, **{CACHE_KWARG: self_attention_cache})  # fmt: skip
         hidden_states = self.drop(hidden_states)
 
         encoded_neighbours = encoded_mask = None
@@ -503,7 +519,7 @@ class RetroModel(RetroPreTrainedModel):
                                   past_length=past_length, position_ids=position_ids, **kwargs)  # fmt: skip
         hidden_states = self.ln_f(hidden_states)
         return RetroModelOutput(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+            last_hidden_state=hidden_states, cache=past_key_values if use_cache else None
         )
 
 
@@ -595,7 +611,7 @@ class RetroForCausalLM(RetroPreTrainedModel):
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten().to(logits.device),
                                    ignore_index=-100)  # fmt: skip
-        return RetroCausalLMOutput(loss=loss, logits=logits, past_key_values=outputs.past_key_values)
+        return RetroCausalLMOutput(loss=loss, logits=logits, cache=outputs.cache)
 
     # ----------------------------------------------------------------------------------------------------- generate
 
