@@ -213,6 +213,10 @@ def _close_process_group() -> None:
     import torch.distributed
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        import gc
+
+        # The Trainer's DDP wrapper sits in reference cycles and holds the group: free it while the interpreter is whole.
+        gc.collect()
         torch.distributed.destroy_process_group()
 
 
