@@ -282,7 +282,12 @@ def test_save_pretrained_of_a_legacy_checkpoint_writes_pickle_free_records(tmp_p
     open_qa.save_pretrained(tmp_path)
     assert (tmp_path / "block_records.safetensors").is_file() and not (tmp_path / "block_records.npy").exists()
     question = "what is the capital of france ?"
-    assert pipeline("open-qa", model=str(tmp_path), device="cpu")(question) == open_qa(question)
+    # The same answer; the score to rounding, since the reloaded weights are memory-mapped from safetensors
+    # (unaligned, so BLAS may sum in another order) while the legacy .bin weights were copied.
+    reloaded, original = pipeline("open-qa", model=str(tmp_path), device="cpu")(question), open_qa(question)
+    assert reloaded.keys() == original.keys() and reloaded["score"] == pytest.approx(original["score"], rel=1e-5)
+    assert {key: reloaded[key] for key in reloaded if key != "score"} == {key: original[key] for key in original
+                                                                         if key != "score"}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------------

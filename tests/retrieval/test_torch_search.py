@@ -137,7 +137,8 @@ def test_save_and_load_round_trip(tmp_path, blocks, queries):
     assert [shard["count"] for shard in manifest["shards"]] == [1024, 1024, 952]  # re-packed across chunks
     loaded = ExactSearcher.load(tmp_path / "index")
     assert all(isinstance(chunk, np.memmap) for chunk in loaded.chunks)
-    assert_same_result(loaded.search(queries, 10), searcher.search(queries, 10), atol=0)
+    # Same ids; scores to rounding, since re-packed chunks give matmuls of other shapes (another summation order).
+    assert_same_result(loaded.search(queries, 10), searcher.search(queries, 10), atol=1e-5)
     assert not list(tmp_path.glob("index/*.tmp"))
 
 
