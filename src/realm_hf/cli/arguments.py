@@ -2,38 +2,34 @@
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 
-def _int_at_least(value: str, minimum: int, what: str) -> int:
+def _number_at_least(value: str, parse, minimum: int, what: str):
+    """`parse(value)` if it is a finite number >= `minimum`, else an argparse error that names what was received."""
     try:
-        number = int(value)
+        number = parse(value)
     except ValueError:
-        number = minimum - 1
-    if number < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}") from None
+    if not minimum <= number < math.inf:  # also refuses nan
         raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
     return number
 
 
 def positive_int(value: str) -> int:
     """An integer >= 1, or an argparse error that names what was received."""
-    return _int_at_least(value, 1, "a positive integer")
+    return _number_at_least(value, int, 1, "a positive integer")
 
 
 def non_negative_int(value: str) -> int:
     """An integer >= 0, or an argparse error that names what was received."""
-    return _int_at_least(value, 0, "an integer >= 0")
+    return _number_at_least(value, int, 0, "an integer >= 0")
 
 
 def non_negative_float(value: str) -> float:
     """A finite number >= 0, or an argparse error that names what was received."""
-    try:
-        number = float(value)
-    except ValueError:
-        number = float("nan")
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}")
-    return number
+    return _number_at_least(value, float, 0, "a number >= 0")
 
 
 def finished_run(results_path: Path, max_steps: int) -> bool:
