@@ -224,8 +224,8 @@ def mask_salient_span(
         sentence, as REALM only builds examples from sentences with a salient span. Otherwise a `dict` with
         `input_ids` (`list[int]`, `[CLS] ... [SEP]` with the span's wordpieces replaced by `[MASK]`), `labels`
         (`list[int]`, the original ids at the masked positions and -100 elsewhere), `span` (the chosen
-        `(start, end, kind)`, in `title: sentence` offsets when a title is given) and `masked_text` (`text` with the masked wordpieces' characters replaced by
-        space-separated `[MASK]`s, for inspection).
+        `(start, end, kind)`) and `masked_text` (`text` with the masked wordpieces' characters replaced by
+        space-separated `[MASK]`s, for inspection); with a `title`, both are in `title: sentence` terms.
     """
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("mask_salient_span needs a fast tokenizer (return_offsets_mapping), e.g. RealmTokenizer.")
