@@ -38,6 +38,7 @@ from ..modeling import RealmConfig, RealmEmbedder, RealmKnowledgeAugEncoder, Rea
 from ..modeling.modeling_realm import marginal_token_log_likelihood
 from ..retrieval.document_store import block_text
 from ..retrieval.embedding import encode_blocks
+from .finetune import freeze_unused_parameters, orqa_warmup_steps
 from .ict import split_sentences
 from .salient_spans import IGNORE_INDEX
 
@@ -74,8 +75,7 @@ def salient_sentences(documents, tagger: Callable[[str], list], block_ids: Itera
         for block_id, title, text in zip(batch, titles, documents.texts(batch), strict=True):
             for sentence in split_sentences(text):
                 if tagger(sentence):
-                    row = {"text": sentence, "block_id": block_id}
-                    rows.append(row if title is None else {**row, "title": title})
+                    rows.append({"text": sentence, "block_id": block_id} | ({"title": title} if include_title else {}))
     return rows
 
 
@@ -387,8 +387,6 @@ class RealmForPretraining(RealmPreTrainedModel):
 
 def freeze_pretraining_unused_parameters(model: RealmForPretraining) -> list[str]:
     """Sets `requires_grad=False` on [`PRETRAINING_UNUSED_MODULES`]; returns the names frozen."""
-    from .finetune import freeze_unused_parameters
-
     return freeze_unused_parameters(model, PRETRAINING_UNUSED_MODULES)
 
 
@@ -473,7 +471,8 @@ class RealmPretrainer(Trainer):
             return super().create_scheduler(num_training_steps, optimizer)
         optimizer = self.optimizer if optimizer is None else optimizer
         warmup = self.args.get_warmup_steps(num_training_steps)
-        starts = [self.retriever_start_step if group.get("part") == "retriever" else 0 for group in optimizer.param_groups]
+        starts = [self.retriever_start_step if group.get("part") == "retriever" else 0
+                  for group in optimizer.param_groups]  # fmt: skip
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, [functools.partial(delayed_linear_schedule, start=start, warmup_steps=warmup,
                                           total_steps=num_training_steps) for start in starts]
@@ -495,7 +494,8 @@ class RealmPretrainer(Trainer):
             for name in ("mlm_loss", "retrieval_utility", "null_probability"):
                 self._metrics.setdefault(name, []).append(float(getattr(outputs, name)))
             self._metrics.setdefault("index_staleness", []).append(self.state.global_step - self.candidates.index_step)
-            # The rate this step uses (the scheduler moves on after the optimizer step), as the Trainer's `learning_rate`.
+            # The rate this step uses (the scheduler moves on after the optimizer step), as the Trainer's
+            # `learning_rate` is.
             rates = [group["lr"] for group in self.optimizer.param_groups if group.get("part") == "retriever"]
             self._retriever_rate = rates[0] if rates else None
         return (loss, outputs) if return_outputs else loss
@@ -558,8 +558,6 @@ def delayed_linear_schedule(step: int, start: int, warmup_steps: int, total_step
 def pretraining_warmup_steps(max_steps: int) -> int:
     """REALM's warm-up, ORQA's formula ([`orqa_warmup_steps`]): `min(10000, max(100, steps // 10))`, capped at the
     run's length."""
-    from .finetune import orqa_warmup_steps
-
     return orqa_warmup_steps(max_steps)
 
 
