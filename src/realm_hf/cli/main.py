@@ -19,6 +19,7 @@ commands:
   push   upload a model directory (model, tokenizer, block records, index, model card) to the Hub in one commit
   pretrain  REALM pretraining: retrieval-augmented MLM over salient spans, index refreshed while training
   convert   import Google's TensorFlow REALM/ORQA checkpoints, block_emb and blocks.tfr (no TensorFlow)
+  serve  a local web page and JSON endpoint: answers highlighted in their evidence (extra: realm_hf[serve])
 
 examples:
   realm-hf demo
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .index import add_parser as add_index_parser
     from .pretrain import add_parser as add_pretrain_parser
     from .push import add_parser as add_push_parser
+    from .serve import add_parser as add_serve_parser
     from .train import add_parser as add_train_parser
 
     add_index_parser(subparsers)
@@ -188,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_push_parser(subparsers)
     add_train_parser(subparsers)
     add_pretrain_parser(subparsers)
+    add_serve_parser(subparsers)
     return parser
 
 
