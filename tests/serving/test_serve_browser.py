@@ -109,7 +109,9 @@ def test_a_question_is_answered_with_its_evidence_highlighted(browser, tiny_open
             assert evidence.get_property("textContent") == answer["evidence"]
             before = browser.execute_script("return arguments[0].previousSibling.textContent", marks[0])
             assert before == answer["evidence"][: answer["start"]]
-            assert article.find_element(By.CSS_SELECTOR, ".answer-text").get_property("textContent") == answer["answer"]
+            assert (
+                article.find_element(By.CSS_SELECTOR, ".answer-text").get_property("textContent") == answer["answer"]
+            )
             assert article.find_element(By.CSS_SELECTOR, ".doc-title").get_property("textContent") == answer["title"]
             assert article.find_element(By.CSS_SELECTOR, ".score").text == f"score {answer['score']:.3f}"
             badges = article.find_elements(By.CSS_SELECTOR, ".badge.low-confidence")

@@ -79,16 +79,16 @@ def cmd_serve(args) -> int:
         print(f"realm-hf serve: cannot listen on {args.host}:{args.port}: {error.strerror or error}. "
               "Pass another --port (or --host).", file=sys.stderr)  # fmt: skip
         return 1
-    model_path, examples = args.model, []
+    model_path, model_name, examples = args.model, args.model, []
     if model_path is None:
-        from realm_hf.default_model import DEFAULT_QUESTIONS, default_model_dir
+        from realm_hf.default_model import DEFAULT_MODEL_NAME, DEFAULT_QUESTIONS, default_model_dir
 
         default = default_model_dir()
         if default is None:
             print("realm-hf serve: no --model given and the default model (realm-minilm-factbook) is not in this "
                   "installation: pass --model DIR or a Hub repo id.", file=sys.stderr)  # fmt: skip
             return 1
-        model_path, examples = str(default), DEFAULT_QUESTIONS
+        model_path, model_name, examples = str(default), f"{DEFAULT_MODEL_NAME} (the default model)", DEFAULT_QUESTIONS
     print(f"loading {model_path}{f' with the index {args.index}' if args.index else ''} ...", file=sys.stderr)
     try:
         model, retriever = load_open_qa_model(model_path, args.index)
@@ -103,7 +103,7 @@ def cmd_serve(args) -> int:
     loopback = _is_loopback(args.host)
     app = create_app(
         PipelineAnswerer.from_model(model, retriever, batch_size=args.batch_size),
-        model_name=model_path,
+        model_name=model_name if args.index is None else f"{model_name}, index {args.index}",
         examples=examples,
         allowed_hosts=LOOPBACK_HOSTS if loopback else None,
     )

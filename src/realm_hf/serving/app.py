@@ -125,7 +125,9 @@ def create_app(
         Route("/api/ask", api_ask, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    middleware = [] if allowed_hosts is None else [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    middleware = (
+        [] if allowed_hosts is None else [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    )
     return Starlette(routes=routes, middleware=middleware)
 
 
@@ -136,7 +138,9 @@ async def _read_json(request: Request):
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
         # Also what keeps other sites' pages from posting here without a CORS preflight, which this app never grants.
-        raise RequestError(415, f"expected a JSON body (Content-Type: application/json), got {content_type or 'none'!r}.")
+        raise RequestError(
+            415, f"expected a JSON body (Content-Type: application/json), got {content_type or 'none'!r}."
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -148,9 +152,7 @@ async def _read_json(request: Request):
         raise RequestError(400, f"expected a JSON body, got invalid JSON: {error}.") from None
 
 
-def parse_ask_request(
-    payload, max_questions: int, max_top_k: int, max_question_chars: int
-) -> tuple[list[str], int]:
+def parse_ask_request(payload, max_questions: int, max_top_k: int, max_question_chars: int) -> tuple[list[str], int]:
     """Checks a `POST /api/ask` body: returns `(questions, top_k)`, or raises `RequestError` (400) naming what was
     expected and what was received."""
     if not isinstance(payload, dict):
@@ -170,8 +172,9 @@ def parse_ask_request(
             raise RequestError(400, f"questions[{index}] is empty: type a question.")
         if len(question) > max_question_chars:
             raise RequestError(
-                400, f"expected questions of at most {max_question_chars} characters, questions[{index}] has "
-                f"{len(question)}."
+                400,
+                f"expected questions of at most {max_question_chars} characters, questions[{index}] has "
+                f"{len(question)}.",
             )
     top_k = payload.get("top_k", 1)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k:
