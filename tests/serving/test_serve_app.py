@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="the serve extra: pip install 'realm_hf[serve]'")
 
-from serving_helpers import HOSTILE_RECORDS, QUESTION, build_tiny_open_qa  # noqa: E402
+from serving_helpers import HOSTILE_RECORDS, QUESTION, build_tiny_open_qa, live_server  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from realm_hf.cli import serve as serve_cli  # noqa: E402
@@ -40,6 +40,7 @@ def client(tiny_open_qa):
         yield test_client
 
 
+# Requests go through httpx2: huggingface_hub's HTTP client, so always installed (and Starlette's TestClient's).
 def _ask(client, payload, headers=None):
     headers = {"Content-Type": "application/json", **(headers or {})}
     return client.post("/api/ask", content=json.dumps(payload), headers=headers)
@@ -111,7 +112,7 @@ def test_top_k_defaults_to_one_and_questions_are_stripped(client, tiny_open_qa):
 @pytest.mark.parametrize(
     ("payload", "status", "message"),
     [
-        ({"questions": [""]}, 400, r"questions\[0\] is empty: type a question"),
+        ({"questions": [""]}, 400, r"^the question is empty: type a question\.$"),
         ({"questions": ["ok?", "   "]}, 400, r"questions\[1\] is empty"),
         ({"questions": []}, 400, r"'questions' to be a non-empty list of strings, got array \[\]"),
         ({"question": "ok?"}, 400, r"unknown keys \['question'\]"),
@@ -187,8 +188,24 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def test_a_live_server_answers_real_http_requests(tiny_open_qa):
+    import httpx2 as httpx
+
+    with live_server(create_app(PipelineAnswerer(tiny_open_qa), model_name="tiny")) as url:
+        assert url.startswith("http://127.0.0.1:")
+        assert httpx.get(f"{url}/api/info", timeout=10.0).json()["model"] == "tiny"
+        response = httpx.post(f"{url}/api/ask", json={"questions": QUESTIONS, "top_k": 2}, timeout=60.0)
+        assert response.status_code == 200
+        assert [result["question"] for result in response.json()] == QUESTIONS
+        assert [len(result["answers"]) for result in response.json()] == [2, 2, 2]
+        empty = httpx.post(f"{url}/api/ask", json={"questions": [""]}, timeout=10.0)
+        assert empty.status_code == 400 and empty.json() == {"error": "the question is empty: type a question."}
+        assert httpx.get(url, headers={"Host": "evil.example"}, timeout=10.0).status_code == 400
+
+
+@pytest.mark.slow  # a second process that imports torch and loads a model: tens of seconds on a busy machine
 def test_serve_answers_over_http_from_a_model_directory(tmp_path):
-    import httpx2 as httpx  # huggingface_hub's HTTP client (and Starlette's TestClient's)
+    import httpx2 as httpx
 
     from realm_hf.demo import ensure_demo_model
 

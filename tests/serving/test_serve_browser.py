@@ -135,6 +135,6 @@ def test_an_empty_question_shows_a_message_on_the_page(browser, tiny_open_qa):
         _submit(browser, "   ", top_k=1)
         wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "is empty"))
         status = browser.find_element(By.ID, "status")
-        assert status.text == "questions[0] is empty: type a question."
+        assert status.text == "the question is empty: type a question."
         assert "error" in status.get_attribute("class").split()
         assert browser.find_elements(By.CSS_SELECTOR, "#results article") == []  # the old answers are cleared

@@ -169,7 +169,8 @@ def parse_ask_request(payload, max_questions: int, max_top_k: int, max_question_
         if not isinstance(question, str):
             raise RequestError(400, f"expected questions[{index}] to be a string, got {_kind(question)}.")
         if not question.strip():
-            raise RequestError(400, f"questions[{index}] is empty: type a question.")
+            which = "the question" if len(questions) == 1 else f"questions[{index}]"
+            raise RequestError(400, f"{which} is empty: type a question.")
         if len(question) > max_question_chars:
             raise RequestError(
                 400,
