@@ -1,4 +1,4 @@
-"""What the serve tests share: a tiny open-QA pipeline over a corpus of hostile text, and a live server on 127.0.0.1."""
+"""What the serve tests share: a tiny open-QA pipeline over a corpus of hostile text; a live server on 127.0.0.1."""
 
 import contextlib
 import socket

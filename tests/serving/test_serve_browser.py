@@ -45,7 +45,7 @@ def browser():
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--window-size=1100,900", "--no-first-run", "--disable-extensions"):  # fmt: skip
         options.add_argument(argument)
-    # Selenium Manager would look for (and download) drivers: the Debian ones are named, and it is told to stay offline.
+    # Selenium Manager would look for (and download) drivers: Debian's are named, and it is told to stay offline.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SE_OFFLINE", "true")
         driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)

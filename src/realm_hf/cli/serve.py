@@ -108,8 +108,11 @@ def cmd_serve(args) -> int:
         allowed_hosts=LOOPBACK_HOSTS if loopback else None,
     )
     if not loopback:
-        print(f"WARNING: listening on {args.host}, not 127.0.0.1: anyone who can reach this machine on port "
-              f"{args.port} can ask questions and read the corpus. There is no authentication.", file=sys.stderr)  # fmt: skip
+        warning = (
+            f"WARNING: listening on {args.host}, not 127.0.0.1: anyone who can reach this machine on port {args.port} "
+            "can ask questions and read the corpus. There is no authentication."
+        )
+        print(warning, file=sys.stderr)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"serving on http://{shown_host}:{args.port}  (Ctrl+C to stop)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
