@@ -37,6 +37,8 @@ extras = {
     # Importing TensorFlow checkpoints needs no TensorFlow (realm_hf.conversion.tf_reader); this makes their crc32c
     # checks fast on GB-sized files.
     "tf": ["google-crc32c>=1.5"],
+    # Plots for the docs (realm_hf.retro.scaling.plot_database_scaling).
+    "plot": ["matplotlib>=3.8"],
 }
 extras["all"] = sorted({dep for deps in extras.values() for dep in deps})
 

@@ -1,7 +1,7 @@
 """RETRO (Borgeaud et al. 2022): a retrieval-enhanced causal LM with chunked cross-attention, its retrieval database
 (frozen-BERT chunk keys searched with the project's searchers) and Trainer helpers.
 
-`database` and `training` import `datasets`/`Trainer` machinery only when used; the model classes load eagerly.
+`database`, `training` and `scaling` import `datasets`/`Trainer` machinery only when used; the model classes load eagerly.
 """
 
 import importlib
@@ -29,6 +29,9 @@ _LAZY = {
     "RetroTrainer": "training",
     "bits_per_byte": "training",
     "evaluate_bits_per_byte": "training",
+    "database_scaling": "scaling",
+    "nested_document_subsets": "scaling",
+    "plot_database_scaling": "scaling",
 }
 
 
@@ -56,7 +59,10 @@ __all__ = [
     "bits_per_byte",
     "chunk_documents",
     "compute_neighbours",
+    "database_scaling",
     "embed_chunks",
     "evaluate_bits_per_byte",
+    "nested_document_subsets",
     "paper_cca_layers",
+    "plot_database_scaling",
 ]
