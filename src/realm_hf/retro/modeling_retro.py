@@ -237,7 +237,8 @@ class RetroChunkedCrossAttention(nn.Module):
         chunk = torch.div(shifted, m, rounding_mode="floor")
         first_chunk = torch.where(attending, chunk, torch.full_like(chunk, torch.iinfo(chunk.dtype).max)).amin(dim=1)
         last_chunk = torch.where(attending, chunk, torch.full_like(chunk, -1)).amax(dim=1)
-        first_chunk = torch.where(last_chunk >= 0, first_chunk, torch.zeros_like(first_chunk))  # rows that read nothing
+        # Rows that read nothing here get chunk 0 (their slots stay unused).
+        first_chunk = torch.where(last_chunk >= 0, first_chunk, torch.zeros_like(first_chunk))
         num_chunks = int((last_chunk - first_chunk).amax()) + 1
         if int(last_chunk.amax()) >= encoded_neighbours.shape[1]:
             raise ValueError(
@@ -790,9 +791,9 @@ class RetroForCausalLM(RetroPreTrainedModel):
             self.train(was_training)
         if not return_neighbours:
             return sequence
-        return state.output(sequence, padding) if state is not None else RetroGenerateOutput(
-            sequences=sequence, padding=padding
-        )
+        if state is None:
+            return RetroGenerateOutput(sequences=sequence, padding=padding)
+        return state.output(sequence, padding)
 
 
 class _GenerationNeighbours:

@@ -27,7 +27,9 @@ logger = logging.get_logger(__name__)
 DEFAULT_FRACTIONS = (1 / 16, 1 / 4, 1.0)
 
 
-def nested_document_subsets(document_ids: torch.Tensor, fractions: Sequence[float], seed: int = 0) -> list[torch.Tensor]:
+def nested_document_subsets(
+    document_ids: torch.Tensor, fractions: Sequence[float], seed: int = 0
+) -> list[torch.Tensor]:
     r"""
     Nested subsets of whole documents: the first `ceil(fraction * documents)` documents of one seeded shuffle.
 
@@ -140,7 +142,9 @@ def database_scaling(
     results = []
     for name, chunks, keys in entries:
         searcher = ExactSearcher(keys.float(), metric=metric)
-        neighbour_ids = compute_neighbours(searcher, eval_keys.float(), eval_chunks.document_ids, chunks.document_ids, k)
+        neighbour_ids = compute_neighbours(
+            searcher, eval_keys.float(), eval_chunks.document_ids, chunks.document_ids, k
+        )
         sequences = RetroSequences(eval_chunks, neighbour_ids, chunks_per_sequence)
         on = evaluate_bits_per_byte(model, sequences, RetroCollator(chunks, num_neighbors=k), num_bytes=num_bytes,
                                     batch_size=batch_size)  # fmt: skip
