@@ -23,6 +23,9 @@ How it maps onto the paper:
   `d(i, i')`; the encoder's cross-attention gets `i' - i`, the paper's `d_enc`.
 - Generation keeps a `RetroCache`: GPT-2's self-attention KV cache, the encoded neighbours of every finished chunk, and
   the first-CCA-layer states of the unfinished chunk (needed to encode its neighbours once it is complete).
+- Left padding (an `attention_mask` with leading zeros): each row's chunks and positions count from its first real
+  token, so CCA aligns every row on its own chunk boundaries, the encoder reads each row's own chunk states and the
+  cache keeps per-row neighbours; `generate()` retrieves for the rows that complete a chunk at each step.
 """
 
 import dataclasses
