@@ -247,8 +247,7 @@ def test_left_padded_forward_equals_each_row_alone():
                                        atol=1e-5)  # fmt: skip
 
 
-@pytest.mark.parametrize("use_cache", [True, False])
-@pytest.mark.parametrize("retrieval", [True, False])
+@pytest.mark.parametrize(("retrieval", "use_cache"), [(True, True), (True, False), (False, True)])
 def test_batched_left_padded_generate_equals_one_by_one(retrieval, use_cache):
     model = _model()
     prompts = _prompts()
