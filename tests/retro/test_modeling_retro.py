@@ -261,6 +261,10 @@ def test_batched_left_padded_generate_equals_one_by_one(retrieval, use_cache):
         assert torch.equal(batched[row, input_ids.shape[1] - len(prompt) :], alone[0]), row
     if retrieval:  # the neighbours changed what was generated
         assert not torch.equal(batched, model.generate(input_ids, new_tokens, attention_mask=attention_mask))
+    elif use_cache:  # nothing was read
+        output = model.generate(input_ids, new_tokens, attention_mask=attention_mask, return_neighbours=True)
+        assert torch.equal(output.sequences, batched) and output.retrieved is None
+        assert output.padding.tolist() == [input_ids.shape[1] - len(prompt) for prompt in prompts]
 
 
 def test_rows_retrieve_at_their_own_chunk_boundaries_once_each():
