@@ -78,6 +78,13 @@ def test_retro_factbook_smoke(tmp_path):
     assert [entry["name"] for entry in scaling] == ["1/16", "1/4", "all", "all + Wikipedia summaries"]
     assert [entry["chunks"] for entry in scaling] == sorted(entry["chunks"] for entry in scaling)
     assert scaling[2]["chunks"] == results["database_chunks"]
+    # A batched generation that prints what each chunk retrieved.
+    generate = [sys.executable, "examples/retro_generate.py", "--output-dir", str(tmp_path), "--max-new-tokens", "40",
+                "Belgium. Geography. Climate:", "Cameroon. People and Society. Languages: French and English"]  # fmt: skip
+    printed = subprocess.run(generate, cwd=ROOT, capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    assert printed.stdout.count("=== prompt") == 2
+    assert "its neighbours:" in printed.stdout and "of page" in printed.stdout
     # Resumable: a second run reuses every stage.
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 0 and "training the base LM" not in again.stdout
