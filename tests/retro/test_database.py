@@ -77,6 +77,11 @@ def test_database_save_load_and_retriever(tmp_path):
                                                                           chunks.document_ids)  # fmt: skip
     assert isinstance(loaded.chunks, RetroChunks)
     retriever = RetroRetriever(loaded, bert, num_neighbors=2, exclude_document_ids=torch.tensor([0]))
-    values = retriever(torch.tensor([[11, 12]]))
-    assert values.shape == (1, 2, 4)
+    ids, values = retriever(torch.tensor([[11, 12]]))
+    assert values.shape == (1, 2, 4) and ids.shape == (1, 2)
     assert not set(values.flatten().tolist()) & {11, 12, 13, 14, 15, 16}
+    assert torch.equal(values, loaded.chunks.neighbour_tokens(ids))
+    # `rows` picks each chunk's batch row, so the right document is excluded when only some rows retrieve.
+    retriever = RetroRetriever(loaded, bert, num_neighbors=4, exclude_document_ids=torch.tensor([0, 1]))
+    ids, _ = retriever(torch.tensor([[21, 22], [11, 12]]), rows=torch.tensor([1, 0]))
+    assert not (loaded.chunks.document_ids[ids[0]] == 1).any() and not (loaded.chunks.document_ids[ids[1]] == 0).any()

@@ -193,3 +193,131 @@ def test_fully_padded_neighbours_add_nothing():
         off = model(input_ids).logits
     assert torch.isfinite(padded).all()
     torch.testing.assert_close(padded, off)
+
+
+# ------------------------------------------------------------------------------------------ left padding, batches
+
+
+def _row_retriever(calls: list | None = None):
+    """Fake retrieval chunk by chunk (neighbours depend on each chunk's own tokens, not on the batch), reporting
+    made-up database chunk ids; `calls` records the `(rows, chunks)` of every call."""
+
+    def retrieve(chunk: torch.Tensor, rows: torch.Tensor):
+        if calls is not None:
+            calls.append((rows.tolist(), chunk.tolist()))
+        tokens, ids = [], []
+        for row in chunk:
+            seed = int((row * torch.arange(1, row.shape[0] + 1)).sum())
+            tokens.append(torch.randint(3, VOCAB, (2, 2 * CHUNK), generator=torch.Generator().manual_seed(seed)))
+            ids.append(torch.tensor([seed, seed + 1]))
+        return torch.stack(ids), torch.stack(tokens)
+
+    return retrieve
+
+
+def _left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    length = max(len(prompt) for prompt in prompts)
+    input_ids = torch.zeros(len(prompts), length, dtype=torch.long)
+    attention_mask = torch.zeros(len(prompts), length, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, length - len(prompt) :] = prompt
+        attention_mask[row, length - len(prompt) :] = 1
+    return input_ids, attention_mask
+
+
+# Chunks of 4: rows complete their chunks at different steps, some inside the prompt, one exactly at its end.
+PROMPT_LENGTHS = (1, 4, 6, 9)
+
+
+def _prompts(seed: int = 5) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, VOCAB, (length,), generator=generator) for length in PROMPT_LENGTHS]
+
+
+def test_left_padded_forward_equals_each_row_alone():
+    model = _model()
+    prompts = _prompts()
+    input_ids, attention_mask = _left_pad(prompts)
+    neighbours = _neighbours(len(prompts), max(PROMPT_LENGTHS) // CHUNK)  # row b's chunk u, counted from its start
+    with torch.no_grad():
+        batched = model(input_ids, attention_mask=attention_mask, neighbour_input_ids=neighbours).logits
+        for row, prompt in enumerate(prompts):
+            alone = model(prompt[None], neighbour_input_ids=neighbours[row : row + 1, : len(prompt) // CHUNK]).logits
+            torch.testing.assert_close(batched[row, input_ids.shape[1] - len(prompt) :], alone[0], rtol=1e-5,
+                                       atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize(("retrieval", "use_cache"), [(True, True), (True, False), (False, True)])
+def test_batched_left_padded_generate_equals_one_by_one(retrieval, use_cache):
+    model = _model()
+    prompts = _prompts()
+    input_ids, attention_mask = _left_pad(prompts)
+    new_tokens = 2 * CHUNK + 2
+    kwargs = {"retriever": _row_retriever()} if retrieval else {}
+    batched = model.generate(input_ids, new_tokens, attention_mask=attention_mask, use_cache=use_cache, **kwargs)
+    assert batched.shape == (len(prompts), input_ids.shape[1] + new_tokens)
+    for row, prompt in enumerate(prompts):
+        alone = model.generate(prompt[None], new_tokens, use_cache=use_cache, **kwargs)
+        assert torch.equal(batched[row, input_ids.shape[1] - len(prompt) :], alone[0]), row
+    if retrieval:  # the neighbours changed what was generated
+        assert not torch.equal(batched, model.generate(input_ids, new_tokens, attention_mask=attention_mask))
+    elif use_cache:  # nothing was read
+        output = model.generate(input_ids, new_tokens, attention_mask=attention_mask, return_neighbours=True)
+        assert torch.equal(output.sequences, batched) and output.retrieved is None
+        assert output.padding.tolist() == [input_ids.shape[1] - len(prompt) for prompt in prompts]
+
+
+def test_rows_retrieve_at_their_own_chunk_boundaries_once_each():
+    model = _model()
+    prompts = _prompts()
+    input_ids, attention_mask = _left_pad(prompts)
+    calls = []
+    new_tokens = 2 * CHUNK + 1
+    output = model.generate(input_ids, new_tokens, attention_mask=attention_mask, retriever=_row_retriever(calls),
+                            return_neighbours=True)  # fmt: skip
+    retrieved = [(row, tuple(chunk)) for rows, chunks in calls for row, chunk in zip(rows, chunks)]
+    # Every chunk of every row is retrieved once (chunks counted from each row's first real token); the last generated
+    # token is never fed, so a chunk it completes is not retrieved.
+    fed = [len(prompt) + new_tokens - 1 for prompt in prompts]
+    assert output.retrieved.sum(dim=1).tolist() == [length // CHUNK for length in fed]
+    assert sorted(retrieved) == sorted(
+        (row, tuple(output.sequences[row, pad + u * CHUNK : pad + (u + 1) * CHUNK].tolist()))
+        for row, pad in enumerate(output.padding.tolist())
+        for u in range(fed[row] // CHUNK)
+    )
+    # Calls group the rows that reach a boundary at the same step: the prompt's chunks in one call, then fewer rows.
+    assert len(calls) < len(retrieved) and any(len(set(rows)) < len(prompts) for rows, _ in calls[1:])
+    # What the model read: each retrieved chunk's neighbours and database ids, as the retriever returned them.
+    reference = _row_retriever()
+    for row in range(len(prompts)):
+        for u in range(int(output.retrieved[row].sum())):
+            ids, tokens = reference(output.chunk_input_ids[row, u][None], torch.tensor([row]))
+            assert torch.equal(output.neighbour_input_ids[row, u], tokens[0])
+            assert torch.equal(output.neighbour_chunk_ids[row, u], ids[0])
+        assert (output.neighbour_chunk_ids[row][~output.retrieved[row]] == -1).all()
+    assert torch.equal(output.sequences, model.generate(input_ids, new_tokens, attention_mask=attention_mask,
+                                                        retriever=_row_retriever()))  # fmt: skip
+
+
+def test_given_prompt_neighbours_then_retrieval_with_padding():
+    """Neighbours given for the prompts' chunks are used, later chunks are retrieved; chunk ids unknown there."""
+    model = _model()
+    prompts = [prompt for prompt in _prompts() if len(prompt) >= CHUNK]
+    input_ids, attention_mask = _left_pad(prompts)
+    given = torch.stack([_row_retriever()(prompt[None, :CHUNK], torch.tensor([0]))[1][0] for prompt in prompts])
+    output = model.generate(input_ids, 2 * CHUNK, attention_mask=attention_mask, neighbour_input_ids=given[:, None],
+                            retriever=_row_retriever(), return_neighbours=True)  # fmt: skip
+    expected = model.generate(input_ids, 2 * CHUNK, attention_mask=attention_mask, retriever=_row_retriever())
+    assert torch.equal(output.sequences, expected)
+    assert (output.neighbour_chunk_ids[:, 0] == -1).all() and (output.neighbour_chunk_ids[:, 1] >= 0).all()
+
+
+def test_generate_rejects_right_padding_and_bad_masks():
+    model = _model()
+    input_ids = torch.randint(3, VOCAB, (2, 5))
+    with pytest.raises(ValueError, match="left-padded"):
+        model.generate(input_ids, 2, attention_mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]))
+    with pytest.raises(ValueError, match="shape of input_ids"):
+        model.generate(input_ids, 2, attention_mask=torch.ones(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="without any token"):
+        model(input_ids, attention_mask=torch.tensor([[0] * 5, [1] * 5]))

@@ -1,7 +1,7 @@
 """RETRO (Borgeaud et al. 2022): a retrieval-enhanced causal LM with chunked cross-attention, its retrieval database
 (frozen-BERT chunk keys searched with the project's searchers) and Trainer helpers.
 
-`database` and `training` import `datasets`/`Trainer` machinery only when used; the model classes load eagerly.
+`database`, `training` and `scaling` import `datasets`/`Trainer` machinery only when used; the model classes load eagerly.
 """
 
 import importlib
@@ -11,6 +11,7 @@ from .modeling_retro import (
     RetroCache,
     RetroCausalLMOutput,
     RetroForCausalLM,
+    RetroGenerateOutput,
     RetroModel,
     RetroModelOutput,
     RetroPreTrainedModel,
@@ -28,6 +29,9 @@ _LAZY = {
     "RetroTrainer": "training",
     "bits_per_byte": "training",
     "evaluate_bits_per_byte": "training",
+    "database_scaling": "scaling",
+    "nested_document_subsets": "scaling",
+    "plot_database_scaling": "scaling",
 }
 
 
@@ -45,6 +49,7 @@ __all__ = [
     "RetroConfig",
     "RetroDatabase",
     "RetroForCausalLM",
+    "RetroGenerateOutput",
     "RetroModel",
     "RetroModelOutput",
     "RetroPreTrainedModel",
@@ -54,7 +59,10 @@ __all__ = [
     "bits_per_byte",
     "chunk_documents",
     "compute_neighbours",
+    "database_scaling",
     "embed_chunks",
     "evaluate_bits_per_byte",
+    "nested_document_subsets",
     "paper_cca_layers",
+    "plot_database_scaling",
 ]

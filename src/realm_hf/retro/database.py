@@ -280,8 +280,9 @@ class RetroDatabase:
 
 class RetroRetriever:
     r"""
-    Retrieval for generation: embeds a chunk with the frozen BERT, searches the database and returns the neighbours'
-    tokens (`[N, F]`). Callable as `retriever(chunk_ids)` by [`RetroForCausalLM.generate`].
+    Retrieval for generation: embeds chunks with the frozen BERT, searches the database and returns the neighbours'
+    chunk ids and tokens (`[N, F]`). Callable as `retriever(chunk_ids, rows=rows)` by [`RetroForCausalLM.generate`],
+    which then reports the chunk ids with `return_neighbours=True`.
 
     Args:
         database ([`RetroDatabase`]), bert (`BertModel`): the key encoder the database was built with.
@@ -298,14 +299,23 @@ class RetroRetriever:
         self.exclude_document_ids = exclude_document_ids
         self.pad_token_id = pad_token_id
 
-    def __call__(self, chunk_ids: torch.Tensor) -> torch.Tensor:
-        """`(B, m)` chunk token ids -> `(B, k, 2m)` neighbour token ids."""
+    def __call__(self, chunk_ids: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""
+        Args:
+            chunk_ids (`torch.LongTensor` of shape `(n, m)`): chunks to retrieve for.
+            rows (`torch.LongTensor` of shape `(n,)`, *optional*): the batch row of each chunk (what
+                `exclude_document_ids` is indexed by); defaults to `0 .. n - 1`.
+
+        Returns:
+            `tuple`: neighbour chunk ids `(n, k)` in the database (-1 for none) and their tokens `(n, k, 2m)`.
+        """
         keys = embed_chunks(self.bert, chunk_ids.cpu(), pad_token_id=self.pad_token_id)
-        exclude = self.exclude_document_ids
-        if exclude is None:
-            exclude = torch.full((chunk_ids.shape[0],), -1, dtype=torch.long)  # no database document has id -1
+        exclude = torch.full((chunk_ids.shape[0],), -1, dtype=torch.long)  # no database document has id -1
+        if self.exclude_document_ids is not None:
+            rows = torch.arange(chunk_ids.shape[0]) if rows is None else torch.as_tensor(rows).cpu().long()
+            exclude = torch.as_tensor(self.exclude_document_ids).long()[rows]
         ids = self.database.neighbours(keys, exclude, self.num_neighbors)
-        return self.database.chunks.neighbour_tokens(ids).to(chunk_ids.device)
+        return ids.to(chunk_ids.device), self.database.chunks.neighbour_tokens(ids).to(chunk_ids.device)
 
 
 __all__ = ["RetroChunks", "RetroDatabase", "RetroRetriever", "chunk_documents", "compute_neighbours", "embed_chunks"]

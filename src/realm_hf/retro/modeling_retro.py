@@ -23,6 +23,9 @@ How it maps onto the paper:
   `d(i, i')`; the encoder's cross-attention gets `i' - i`, the paper's `d_enc`.
 - Generation keeps a `RetroCache`: GPT-2's self-attention KV cache, the encoded neighbours of every finished chunk, and
   the first-CCA-layer states of the unfinished chunk (needed to encode its neighbours once it is complete).
+- Left padding (an `attention_mask` with leading zeros): each row's chunks and positions count from its first real
+  token, so CCA aligns every row on its own chunk boundaries, the encoder reads each row's own chunk states and the
+  cache keeps per-row neighbours; `generate()` retrieves for the rows that complete a chunk at each step.
 """
 
 import dataclasses
@@ -199,8 +202,9 @@ class RetroEncoder(nn.Module):
 
 
 class RetroChunkedCrossAttention(nn.Module):
-    """Chunked cross-attention with the paper's causal alignment (shift of `m - 1` tokens), for any `past_length`, so
-    that the full forward and cached generation use the same code."""
+    """Chunked cross-attention with the paper's causal alignment (shift of `m - 1` tokens), for any number of tokens
+    already seen and any left padding, per row, so that the full forward, cached generation and batches of prompts of
+    different lengths use the same code."""
 
     def __init__(self, config: RetroConfig):
         super().__init__()
@@ -210,47 +214,61 @@ class RetroChunkedCrossAttention(nn.Module):
                                         config.rotary_base, config.attn_pdrop, zero_init_output=True)  # fmt: skip
         self.dropout = nn.Dropout(config.resid_pdrop)
 
-    def forward(self, hidden_states, encoded_neighbours, neighbour_mask, past_length: int = 0):
+    def forward(self, hidden_states, encoded_neighbours, neighbour_mask, first_positions: torch.Tensor):
         r"""
         Args:
-            hidden_states (`torch.Tensor` of shape `(B, T, D)`): decoder states at positions `past_length ..
-                past_length + T - 1`.
+            hidden_states (`torch.Tensor` of shape `(B, T, D)`): decoder states; in row `b` they sit at positions
+                `first_positions[b] .. first_positions[b] + T - 1` counted from the row's first real token (negative
+                positions are left padding).
             encoded_neighbours (`torch.Tensor` of shape `(B, L, k, r, E)`), neighbour_mask (`(B, L, k, r)` bool):
-                encoded neighbours of chunks `0 .. L - 1`; `L` covers every chunk some position here attends to.
+                encoded neighbours of each row's chunks `0 .. L - 1` (chunks counted from the row's first real token);
+                `L` covers every chunk some position here attends to.
+            first_positions (`torch.LongTensor` of shape `(B,)`).
 
         Returns:
-            `torch.Tensor` of shape `(B, T, D)`: the residual update, zero for positions before `m - 1`.
+            `torch.Tensor` of shape `(B, T, D)`: the residual update, zero for positions before `m - 1` (and padding).
         """
         m = self.chunk_size
         batch, length, width = hidden_states.shape
-        # Rows before the first chunk's last token see no neighbours (RET(C_1) is empty in the paper's 1-based terms).
-        skipped = min(length, max(0, m - 1 - past_length))
+        device = hidden_states.device
         output = hidden_states.new_zeros(batch, length, width)
-        if skipped == length:
+        # Shifted position s = p - (m - 1): token p reads chunk s // m, at offset s % m of that chunk's attending span.
+        shifted = first_positions.to(device)[:, None] + torch.arange(length, device=device) - (m - 1)  # (B, T)
+        attending = shifted >= 0
+        if not bool(attending.any()):
             return output
-        shifted_start = past_length + skipped - (m - 1)  # shifted position of the first attending row, >= 0
-        first_chunk, offset = divmod(shifted_start, m)
-        attending = self.layer_norm(hidden_states[:, skipped:])
-        attending_length = attending.shape[1]
-        num_chunks = math.ceil((offset + attending_length) / m)
-        # Lay the rows out as whole attending chunks (rows of other chunks are zero padding; queries are independent).
-        padded = F.pad(attending, (0, 0, offset, num_chunks * m - offset - attending_length))
-        padded = padded.view(batch * num_chunks, m, width)  # (B * chunks, m, D)
-        keys = encoded_neighbours[:, first_chunk : first_chunk + num_chunks]  # (B, chunks, k, r, E)
-        if keys.shape[1] != num_chunks:
+        chunk = torch.div(shifted, m, rounding_mode="floor")
+        first_chunk = torch.where(attending, chunk, torch.full_like(chunk, torch.iinfo(chunk.dtype).max)).amin(dim=1)
+        last_chunk = torch.where(attending, chunk, torch.full_like(chunk, -1)).amax(dim=1)
+        # Rows that read nothing here get chunk 0 (their slots stay unused).
+        first_chunk = torch.where(last_chunk >= 0, first_chunk, torch.zeros_like(first_chunk))
+        num_chunks = int((last_chunk - first_chunk).amax()) + 1
+        if int(last_chunk.amax()) >= encoded_neighbours.shape[1]:
             raise ValueError(
-                f"positions up to {past_length + length - 1} need the neighbours of chunk {first_chunk + num_chunks - 1}, "
-                f"but only {encoded_neighbours.shape[1]} chunks have encoded neighbours."
+                f"a position needs the neighbours of chunk {int(last_chunk.amax())}, but only "
+                f"{encoded_neighbours.shape[1]} chunks have encoded neighbours."
             )
+        # Lay each row's attending tokens out as whole attending chunks starting at its own first chunk (the slots of
+        # other tokens stay zero; queries are independent, so those slots change nothing).
+        slot = (chunk - first_chunk[:, None]) * m + shifted.remainder(m)  # (B, T)
+        rows, columns = attending.nonzero(as_tuple=True)
+        normed = self.layer_norm(hidden_states[rows, columns])  # (attending tokens, D)
+        padded = hidden_states.new_zeros(batch, num_chunks * m, width)
+        padded[rows, slot[rows, columns]] = normed
+        padded = padded.view(batch * num_chunks, m, width)  # (B * chunks, m, D)
+        chunk_index = (first_chunk[:, None] + torch.arange(num_chunks, device=device)).clamp(
+            max=encoded_neighbours.shape[1] - 1
+        )  # (B, chunks); indices past a row's last attended chunk only feed unused slots
+        row_index = torch.arange(batch, device=device)[:, None]
+        keys = encoded_neighbours[row_index, chunk_index]  # (B, chunks, k, r, E)
         num_neighbours, neighbour_length = keys.shape[2], keys.shape[3]
         keys = keys.reshape(batch * num_chunks, num_neighbours * neighbour_length, -1)  # (B * chunks, k * r, E)
-        key_mask = neighbour_mask[:, first_chunk : first_chunk + num_chunks].reshape(batch * num_chunks, -1)
-        device = hidden_states.device
+        key_mask = neighbour_mask[row_index, chunk_index].reshape(batch * num_chunks, -1)
         query_positions = torch.arange(m, device=device) + (m - 1)
         key_positions = torch.arange(neighbour_length, device=device).repeat(num_neighbours)
         attended = self.attention(padded, keys, query_positions, key_positions, key_mask)
-        attended = self.dropout(attended).view(batch, num_chunks * m, width)[:, offset : offset + attending_length]
-        output[:, skipped:] = attended
+        attended = self.dropout(attended).view(batch, num_chunks * m, width)
+        output[rows, columns] = attended[rows, slot[rows, columns]]
         return output
 
 
@@ -263,29 +281,32 @@ class RetroDecoderLayer(GPT2Block):
         self.cca = RetroChunkedCrossAttention(config) if layer_idx in config.cca_layers else None
 
     def forward(self, hidden_states, past_key_values=None, attention_mask=None, use_cache=False,
-                encoded_neighbours=None, neighbour_mask=None, past_length: int = 0, **kwargs):  # fmt: skip
+                encoded_neighbours=None, neighbour_mask=None, first_positions=None, **kwargs):  # fmt: skip
         if self.cca is None or encoded_neighbours is None:
             return super().forward(hidden_states, past_key_values, attention_mask, use_cache=use_cache, **kwargs)
         residual = hidden_states
         attention_output, _ = self.attn(self.ln_1(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
                                         **{CACHE_KWARG: past_key_values}, **kwargs)  # fmt: skip
         hidden_states = attention_output + residual
-        hidden_states = hidden_states + self.cca(hidden_states, encoded_neighbours, neighbour_mask, past_length)
+        hidden_states = hidden_states + self.cca(hidden_states, encoded_neighbours, neighbour_mask, first_positions)
         return hidden_states + self.mlp(self.ln_2(hidden_states))
 
 
 class RetroCache:
     """What cached generation reuses: GPT-2's self-attention KV cache, the encoded neighbours of every chunk retrieved
-    so far, and the first-CCA-layer states of tokens whose chunk has not been encoded yet.
+    so far (per row: with left padding, rows complete their chunks at different steps), and the first-CCA-layer states
+    from the first position whose chunk some row has not encoded yet.
 
     A cache is bound to retrieval on or off by its first forward; mixing the two raises.
     """
 
     def __init__(self, config: RetroConfig):
         self.self_attention_cache = DynamicCache(config=config)
-        self.encoded_neighbours: torch.Tensor | None = None  # (B, L, k, r, E)
-        self.neighbour_mask: torch.Tensor | None = None  # (B, L, k, r) bool
-        self.pending_chunk_states: torch.Tensor | None = None  # (B, N - L * m, D)
+        self.encoded_neighbours: torch.Tensor | None = None  # (B, L, k, r, E), L = the most chunks of a row
+        self.neighbour_mask: torch.Tensor | None = None  # (B, L, k, r) bool; False past a row's encoded chunks
+        self.encoded_chunks: torch.Tensor | None = None  # (B,) chunks encoded per row
+        self.pending_chunk_states: torch.Tensor | None = None  # (B, N - pending_start, D)
+        self.pending_start: int = 0  # padded position of pending_chunk_states[:, 0]
         self.retrieval: bool | None = None
 
     def get_seq_length(self) -> int:
@@ -293,7 +314,8 @@ class RetroCache:
 
     @property
     def num_encoded_chunks(self) -> int:
-        return 0 if self.encoded_neighbours is None else self.encoded_neighbours.shape[1]
+        """The most chunks any row has encoded neighbours for."""
+        return 0 if self.encoded_chunks is None or self.encoded_chunks.numel() == 0 else int(self.encoded_chunks.max())
 
 
 # ------------------------------------------------------------------------------------------------- pretrained model
@@ -360,8 +382,23 @@ class RetroCausalLMOutput(ModelOutput):
 # ---------------------------------------------------------------------------------------------------- public models
 
 
-def _check_neighbours(neighbour_input_ids, neighbour_attention_mask, batch: int, total_length: int, chunk_size: int):
-    """Raises a `ValueError` naming the expected and received shapes when neighbours do not fit the sequence."""
+def _leading_padding(attention_mask: torch.Tensor, batch: int, total_length: int) -> torch.Tensor:
+    """`(B,)`: the zeros before each row's first 1 in `attention_mask` (left padding), which shift its chunks."""
+    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, total_length):
+        raise ValueError(
+            f"attention_mask must have shape (batch_size, past + new tokens) = {(batch, total_length)}, got "
+            f"{tuple(attention_mask.shape)}."
+        )
+    real = attention_mask.bool()
+    if not bool(real.any(dim=1).all()):
+        raise ValueError("attention_mask has a row without any token (all zeros); every sequence needs a token.")
+    return real.int().argmax(dim=1).long()
+
+
+def _check_neighbours(neighbour_input_ids, neighbour_attention_mask, batch: int, lengths: torch.Tensor,
+                      chunk_size: int):  # fmt: skip
+    """Raises a `ValueError` naming the expected and received shapes when neighbours do not fit the sequences (of
+    `lengths` real tokens per row)."""
     if not isinstance(neighbour_input_ids, torch.Tensor) or neighbour_input_ids.dim() != 4:
         shape = tuple(neighbour_input_ids.shape) if isinstance(neighbour_input_ids, torch.Tensor) else None
         raise ValueError(
@@ -371,13 +408,15 @@ def _check_neighbours(neighbour_input_ids, neighbour_attention_mask, batch: int,
     if neighbour_input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"neighbour_input_ids must hold token ids (int64 or int32), got {neighbour_input_ids.dtype}.")
     num_batch, num_chunks, num_neighbours, neighbour_length = neighbour_input_ids.shape
+    total_length = int(lengths.max())
     complete_chunks, all_chunks = total_length // chunk_size, math.ceil(total_length / chunk_size)
     if num_batch != batch:
         raise ValueError(f"neighbour_input_ids has batch size {num_batch}, but input_ids has batch size {batch}.")
     if not complete_chunks <= num_chunks <= all_chunks:
         raise ValueError(
             f"neighbour_input_ids must give neighbours for the {complete_chunks} complete chunks of chunk_size "
-            f"{chunk_size} in {total_length} tokens (or for all {all_chunks} chunks), got {num_chunks} chunks "
+            f"{chunk_size} in {total_length} tokens (the longest row; or for all {all_chunks} chunks), got {num_chunks} "
+            "chunks "
             f"(shape {tuple(neighbour_input_ids.shape)})."
         )
     if num_chunks and (num_neighbours < 1 or neighbour_length < 1):
@@ -409,40 +448,61 @@ class RetroModel(RetroPreTrainedModel):
     def set_input_embeddings(self, new_embeddings):
         self.wte = new_embeddings
 
-    def _encode_neighbours(self, chunk_states, neighbour_input_ids, neighbour_mask, cache, past_length):
-        """Encodes the neighbours of the chunks completed so far that are not encoded yet; returns the encoded
-        neighbours `(B, L, k, r, E)` and mask `(B, L, k, r)` of all complete chunks."""
+    def _encode_neighbours(self, chunk_states, neighbour_input_ids, neighbour_mask, cache, past_length, padding):
+        """Encodes the neighbours of each row's chunks completed so far that are not encoded yet; returns the encoded
+        neighbours `(B, L, k, r, E)` and mask `(B, L, k, r)` of every row's complete chunks (`L` = the most complete
+        chunks of a row; a row's missing chunks are masked). Row `b`'s chunk `u` covers padded positions
+        `padding[b] + u * m ..`."""
         m = self.config.chunk_size
         batch, length, width = chunk_states.shape
-        complete_chunks = (past_length + length) // m
-        encoded_chunks = 0
+        device = chunk_states.device
+        complete = torch.div(past_length + length - padding, m, rounding_mode="floor")  # (B,) complete chunks per row
+        encoded_before = torch.zeros_like(complete)
+        states_start = past_length
         if cache is not None:
-            encoded_chunks = cache.num_encoded_chunks
+            if cache.encoded_chunks is not None:
+                encoded_before = cache.encoded_chunks
             if cache.pending_chunk_states is not None:
                 chunk_states = torch.cat((cache.pending_chunk_states, chunk_states), dim=1)
-        # chunk_states now starts at position encoded_chunks * m
-        new_chunks = complete_chunks - encoded_chunks
-        new_ids = neighbour_input_ids[:, encoded_chunks:complete_chunks]
-        new_mask = neighbour_mask[:, encoded_chunks:complete_chunks]
-        states_of_new_chunks = chunk_states[:, : new_chunks * m].reshape(batch, new_chunks, m, width)
-        if new_chunks > 0:
-            encoded = self.encoder(new_ids, new_mask, states_of_new_chunks)  # (B, new, k, r, E)
+                states_start = cache.pending_start
+        # (row, chunk) pairs to encode, row-major: the encoder sees them as one batch of chunks.
+        new = complete - encoded_before
+        most_new = int(new.max())
+        rows, offsets = (torch.arange(max(most_new, 0), device=device)[None, :] < new[:, None]).nonzero(as_tuple=True)
+        chunks = encoded_before[rows] + offsets
+        num_neighbours, neighbour_length = neighbour_input_ids.shape[2:]
+        encoded_new = None
+        if rows.numel():
+            token_index = (padding[rows] + chunks * m - states_start)[:, None] + torch.arange(m, device=device)
+            states_of_new_chunks = chunk_states[rows[:, None], token_index]  # (n, m, D)
+            new_ids, new_mask = neighbour_input_ids[rows, chunks], neighbour_mask[rows, chunks]  # (n, k, r)
+            encoded_new = self.encoder(new_ids[None], new_mask[None], states_of_new_chunks[None])[0]  # (n, k, r, E)
+        num_chunks = int(complete.max())
+        if cache is None or cache.encoded_neighbours is None:
+            encoded = chunk_states.new_zeros(batch, num_chunks, num_neighbours, neighbour_length,
+                                             self.config.encoder_hidden_size)  # fmt: skip
+            mask = torch.zeros(batch, num_chunks, num_neighbours, neighbour_length, dtype=torch.bool, device=device)
         else:
-            encoded = chunk_states.new_zeros(batch, 0, *new_ids.shape[2:], self.config.encoder_hidden_size)
-        if cache is None:
-            return encoded, new_mask
-        cache.pending_chunk_states = chunk_states[:, new_chunks * m :]
-        if cache.encoded_neighbours is None or cache.num_encoded_chunks == 0:
-            cache.encoded_neighbours, cache.neighbour_mask = encoded, new_mask
-        elif new_chunks > 0:
-            if encoded.shape[2:4] != cache.encoded_neighbours.shape[2:4]:
+            encoded, mask = cache.encoded_neighbours, cache.neighbour_mask
+            if rows.numel() and encoded.shape[2:4] != (num_neighbours, neighbour_length):
                 raise ValueError(
-                    f"neighbours of new chunks have (k, r) = {tuple(encoded.shape[2:4])}, but the cache holds "
-                    f"{tuple(cache.encoded_neighbours.shape[2:4])}."
+                    f"neighbours of new chunks have (k, r) = {(num_neighbours, neighbour_length)}, but the cache "
+                    f"holds {tuple(encoded.shape[2:4])}."
                 )
-            cache.encoded_neighbours = torch.cat((cache.encoded_neighbours, encoded), dim=1)
-            cache.neighbour_mask = torch.cat((cache.neighbour_mask, new_mask), dim=1)
-        return cache.encoded_neighbours, cache.neighbour_mask
+            if num_chunks > encoded.shape[1]:
+                grow = num_chunks - encoded.shape[1]
+                encoded = torch.cat((encoded, encoded.new_zeros(batch, grow, *encoded.shape[2:])), dim=1)
+                mask = torch.cat((mask, mask.new_zeros(batch, grow, *mask.shape[2:])), dim=1)
+        if encoded_new is not None:
+            encoded[rows, chunks] = encoded_new.to(encoded.dtype)
+            mask[rows, chunks] = new_mask
+        if cache is not None:
+            cache.encoded_neighbours, cache.neighbour_mask, cache.encoded_chunks = encoded, mask, complete
+            # Keep the states from the first position whose chunk is still incomplete in some row.
+            keep_from = int((padding + complete * m).min())
+            cache.pending_chunk_states = chunk_states[:, keep_from - states_start :]
+            cache.pending_start = keep_from
+        return encoded, mask
 
     def forward(
         self,
@@ -460,10 +520,13 @@ class RetroModel(RetroPreTrainedModel):
         Args:
             input_ids (`torch.LongTensor` of shape `(B, T)`): tokens; with a cache, only the new ones.
             past_key_values (`RetroCache`, *optional*): from a previous call with `use_cache=True`.
-            attention_mask (`torch.Tensor` of shape `(B, N)`, *optional*): 1 for tokens, 0 for padding.
+            attention_mask (`torch.Tensor` of shape `(B, N)`, *optional*): 1 for tokens, 0 for padding. Left padding
+                shifts a row's chunks: they are counted from its first real token, and so are its positions (when
+                `position_ids` is not given).
             neighbour_input_ids (`torch.LongTensor` of shape `(B, L, k, r)`, *optional*): `neighbour_input_ids[:, u]`
                 holds the `k` neighbours of chunk `u` (each a retrieved chunk followed by its continuation); `L` is the
-                number of complete chunks in the `N` tokens so far (or all chunks, the last one's then unused). `None`
+                number of complete chunks in the `N` tokens so far (or all chunks, the last one's then unused), of the
+                row with the most real tokens (rows with fewer chunks pad theirs, which are never read). `None`
                 switches retrieval off: no CCA runs at all.
             neighbour_attention_mask (`torch.Tensor` of shape `(B, L, k, r)`, *optional*): 1 for neighbour tokens, 0
                 for padding; defaults to `neighbour_input_ids != config.pad_token_id`.
@@ -483,6 +546,12 @@ class RetroModel(RetroPreTrainedModel):
         if past_length + length > self.config.n_positions:
             raise ValueError(f"{past_length + length} tokens exceed n_positions ({self.config.n_positions}).")
 
+        total_length = past_length + length
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(inputs_embeds.device)
+            padding = _leading_padding(attention_mask, batch, total_length)
+        else:
+            padding = torch.zeros(batch, dtype=torch.long, device=inputs_embeds.device)
         retrieval = neighbour_input_ids is not None
         if past_key_values is not None:
             if past_key_values.retrieval is not None and past_key_values.retrieval != retrieval:
@@ -492,14 +561,16 @@ class RetroModel(RetroPreTrainedModel):
                 )
             past_key_values.retrieval = retrieval
         if retrieval:
-            _check_neighbours(neighbour_input_ids, neighbour_attention_mask, batch, past_length + length,
+            _check_neighbours(neighbour_input_ids, neighbour_attention_mask, batch, total_length - padding,
                               self.config.chunk_size)  # fmt: skip
             if neighbour_attention_mask is None:
                 neighbour_mask = neighbour_input_ids != self.config.pad_token_id
             else:
                 neighbour_mask = neighbour_attention_mask.bool()
 
-        if position_ids is None:
+        if position_ids is None and attention_mask is not None:
+            position_ids = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)[:, past_length:]
+        elif position_ids is None:
             position_ids = (torch.arange(length, device=inputs_embeds.device) + past_length).unsqueeze(0)
         hidden_states = inputs_embeds + self.wpe(position_ids).to(inputs_embeds.device)
         self_attention_cache = past_key_values.self_attention_cache if past_key_values is not None else None
@@ -512,11 +583,12 @@ class RetroModel(RetroPreTrainedModel):
             if retrieval and index == self.config.cca_layers[0]:
                 # The encoder is conditioned on the inputs of the first CCA layer (H at layer min(P), Algorithm 1).
                 encoded_neighbours, encoded_mask = self._encode_neighbours(
-                    hidden_states, neighbour_input_ids, neighbour_mask, past_key_values, past_length
+                    hidden_states, neighbour_input_ids, neighbour_mask, past_key_values, past_length, padding
                 )
             hidden_states = layer(hidden_states, self_attention_cache, causal_mask, use_cache=use_cache,
                                   encoded_neighbours=encoded_neighbours, neighbour_mask=encoded_mask,
-                                  past_length=past_length, position_ids=position_ids, **kwargs)  # fmt: skip
+                                  first_positions=past_length - padding, position_ids=position_ids,
+                                  **kwargs)  # fmt: skip
         hidden_states = self.ln_f(hidden_states)
         return RetroModelOutput(
             last_hidden_state=hidden_states, cache=past_key_values if use_cache else None
@@ -621,7 +693,8 @@ class RetroForCausalLM(RetroPreTrainedModel):
         input_ids: torch.LongTensor,
         max_new_tokens: int,
         *,
-        retriever: Callable[[torch.LongTensor], torch.LongTensor] | None = None,
+        attention_mask: torch.Tensor | None = None,
+        retriever: Callable | None = None,
         neighbour_input_ids: torch.LongTensor | None = None,
         use_cache: bool = True,
         do_sample: bool = False,
@@ -629,44 +702,77 @@ class RetroForCausalLM(RetroPreTrainedModel):
         top_k: int | None = None,
         eos_token_id: int | None = None,
         generator: torch.Generator | None = None,
-    ) -> torch.LongTensor:
+        return_neighbours: bool = False,
+    ) -> "torch.LongTensor | RetroGenerateOutput":
         r"""
-        Generates with retrieval at chunk boundaries: once a chunk is complete, `retriever` fetches its neighbours and
-        they are encoded once (and cached with `use_cache=True`) before the chunk's last token is fed.
+        Generates with retrieval at chunk boundaries: once a chunk of a row is complete, `retriever` fetches its
+        neighbours and they are encoded once (and cached with `use_cache=True`) before the chunk's last token is fed.
+
+        Prompts of different lengths go in one batch with left padding (`attention_mask`). Chunks and positions are
+        counted from each row's first real token, so rows reach chunk boundaries at different steps: at every step the
+        rows that reach one are retrieved for together (one `retriever` call), and each row keeps its own neighbours.
+        Under greedy decoding a row generates what it generates alone (up to float rounding in near-ties).
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(B, T)`): prompts of equal length (no padding).
+            input_ids (`torch.LongTensor` of shape `(B, T)`): prompts, left-padded to a common length.
             max_new_tokens (`int`): tokens to add.
-            retriever (`Callable`, *optional*): maps one chunk `(B, m)` of token ids to its neighbours `(B, k, r)`
-                (e.g. `realm_hf.retro.RetroRetriever`). Needed to go past a chunk boundary with retrieval on.
-            neighbour_input_ids (`torch.LongTensor` of shape `(B, L, k, r)`, *optional*): neighbours of the prompt's
-                complete chunks, instead of retrieving them. Neither this nor `retriever`: retrieval off.
+            attention_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 for prompt tokens, 0 for the left
+                padding (e.g. a tokenizer's with `padding_side="left"`). Right or inner padding raises.
+            retriever (`Callable`, *optional*): `retriever(chunk_ids)` or, if it has a `rows` parameter,
+                `retriever(chunk_ids, rows=rows)`, with `chunk_ids` `(n, m)` the chunks just completed (each row's
+                chunk `u` counted from its first real token) and `rows` `(n,)` their batch rows. Returns neighbour token
+                ids `(n, k, r)`, or a tuple `(neighbour_chunk_ids (n, k), neighbour_input_ids (n, k, r))` to have the
+                database chunk ids reported (`realm_hf.retro.RetroRetriever` does). Needed to go past a chunk boundary
+                with retrieval on.
+            neighbour_input_ids (`torch.LongTensor` of shape `(B, L, k, r)`, *optional*): neighbours of each row's
+                chunks `0 .. L - 1` (counted from its first real token), instead of retrieving them; later chunks are
+                retrieved. Neither this nor `retriever`: retrieval off.
             use_cache (`bool`, defaults to `True`): `False` re-runs the full sequence each step (the reference).
             do_sample (`bool`, defaults to `False`): greedy decoding, or sampling with `temperature` and `top_k`.
-            eos_token_id (`int`, *optional*): stop once every sequence has produced it (later tokens are padding).
+            eos_token_id (`int`, *optional*): a row stops once it has produced it (later tokens are padding, and it
+                retrieves nothing more); generation stops once every row has.
+            return_neighbours (`bool`, defaults to `False`): return a [`RetroGenerateOutput`] with what the model read.
 
         Returns:
-            `torch.LongTensor` of shape `(B, T + new_tokens)`: prompts followed by the generated tokens.
+            `torch.LongTensor` of shape `(B, T + new_tokens)`: prompts (padding included) followed by the generated
+            tokens; with `return_neighbours=True`, a [`RetroGenerateOutput`] holding them as `sequences`.
         """
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(
                 f"input_ids must have shape (batch_size, prompt_length >= 1), got {tuple(input_ids.shape)}."
             )
-        m = self.config.chunk_size
+        batch, prompt_length = input_ids.shape
+        device = input_ids.device
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        elif tuple(attention_mask.shape) != (batch, prompt_length):
+            raise ValueError(f"attention_mask must have the shape of input_ids {(batch, prompt_length)}, got "
+                             f"{tuple(attention_mask.shape)}.")  # fmt: skip
+        attention_mask = attention_mask.to(device=device, dtype=torch.long)
+        if not bool((attention_mask[:, 1:] >= attention_mask[:, :-1]).all() and attention_mask[:, -1].all()):
+            raise ValueError(
+                "generate() takes left-padded prompts: each attention_mask row must be zeros then ones, ending with a "
+                f"token; got {attention_mask.tolist() if attention_mask.numel() <= 64 else 'other padding'}."
+            )
+        padding = prompt_length - attention_mask.sum(dim=1)  # (B,)
         retrieval = retriever is not None or neighbour_input_ids is not None
-        neighbours = neighbour_input_ids
+        state = _GenerationNeighbours(self.config, batch, device, neighbour_input_ids) if retrieval else None
         sequence = input_ids
         cache = RetroCache(self.config) if use_cache else None
         next_input = sequence
-        finished = torch.zeros(sequence.shape[0], dtype=torch.bool, device=sequence.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
         was_training = self.training
         self.eval()
         try:
             for _ in range(max_new_tokens):
+                neighbours = neighbour_mask = None
                 if retrieval:
-                    neighbours = self._neighbours_up_to(sequence, neighbours, retriever, m)
+                    complete = torch.div(sequence.shape[1] - padding, self.config.chunk_size, rounding_mode="floor")
+                    state.retrieve_up_to(complete, sequence, padding, retriever, skip=finished)
+                    neighbours, neighbour_mask = state.tensors(int(complete.max()))
                 outputs = self(next_input if use_cache else sequence, past_key_values=cache,
-                               neighbour_input_ids=neighbours, use_cache=use_cache)  # fmt: skip
+                               attention_mask=attention_mask, neighbour_input_ids=neighbours,
+                               neighbour_attention_mask=neighbour_mask, use_cache=use_cache)  # fmt: skip
                 logits = outputs.logits[:, -1].float()  # (B, vocab)
                 if do_sample:
                     logits = logits / temperature
@@ -680,35 +786,155 @@ class RetroForCausalLM(RetroPreTrainedModel):
                     next_token = next_token.masked_fill(finished, self.config.pad_token_id or 0)
                     finished |= next_token == eos_token_id
                 sequence = torch.cat((sequence, next_token[:, None]), dim=1)
+                attention_mask = torch.cat((attention_mask, attention_mask.new_ones(batch, 1)), dim=1)
                 next_input = next_token[:, None]
                 if eos_token_id is not None and bool(finished.all()):
                     break
         finally:
             self.train(was_training)
-        return sequence
+        if not return_neighbours:
+            return sequence
+        if state is None:
+            return RetroGenerateOutput(sequences=sequence, padding=padding)
+        return state.output(sequence, padding)
 
-    def _neighbours_up_to(self, sequence, neighbours, retriever, m):
-        """Neighbours `(B, L, k, r)` for every complete chunk of `sequence`, retrieving the missing ones."""
-        complete_chunks = sequence.shape[1] // m
-        have = 0 if neighbours is None else neighbours.shape[1]
-        if have >= complete_chunks:
-            if neighbours is None:  # retrieval is on but no chunk is complete yet
-                neighbours = sequence.new_zeros(sequence.shape[0], 0, self.config.num_neighbors, 2 * m)
-            return neighbours
+
+class _GenerationNeighbours:
+    """Per-row neighbours during `generate()`: row `b`'s chunk `u` (counted from its first real token) gets its
+    neighbours when it completes, whatever the other rows are doing. Holds `(B, L, k, r)` tokens, a filled mask and
+    `(B, L, k)` database chunk ids (-1 where unknown)."""
+
+    def __init__(self, config: RetroConfig, batch: int, device, given: torch.Tensor | None):
+        self.chunk_size = config.chunk_size
+        self.pad_token_id = config.pad_token_id if config.pad_token_id is not None else 0
+        self.device = device
+        if given is not None:
+            if given.dim() != 4 or given.shape[0] != batch:
+                raise ValueError(f"neighbour_input_ids must have shape ({batch}, num_chunks, k, r), got "
+                                 f"{tuple(given.shape)}.")  # fmt: skip
+            given = given.to(device, torch.long)
+            self.tokens = given
+            self.filled = torch.ones(given.shape[:2], dtype=torch.bool, device=device)
+            self.chunk_ids = torch.full(given.shape[:3], -1, dtype=torch.long, device=device)
+        else:
+            self.tokens = torch.zeros(batch, 0, config.num_neighbors, 2 * config.chunk_size, dtype=torch.long,
+                                      device=device)  # fmt: skip
+            self.filled = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+            self.chunk_ids = torch.zeros(batch, 0, config.num_neighbors, dtype=torch.long, device=device)
+        self.known = self.tokens.shape[1] > 0  # whether k and r are fixed by neighbours seen so far
+        self.counts = torch.full((batch,), self.tokens.shape[1], dtype=torch.long, device=device)
+
+    def _grow(self, num_chunks: int) -> None:
+        grow = num_chunks - self.tokens.shape[1]
+        if grow > 0:
+            batch, _, k, r = self.tokens.shape
+            self.tokens = torch.cat((self.tokens, self.tokens.new_full((batch, grow, k, r), self.pad_token_id)), 1)
+            self.filled = torch.cat((self.filled, self.filled.new_zeros(batch, grow)), dim=1)
+            self.chunk_ids = torch.cat((self.chunk_ids, self.chunk_ids.new_full((batch, grow, k), -1)), dim=1)
+
+    def retrieve_up_to(self, complete: torch.Tensor, sequence, padding, retriever, skip: torch.Tensor) -> None:
+        """Retrieves, in one call, every chunk some row completed since (rows in `skip` are left empty)."""
+        missing = (complete - self.counts).clamp(min=0).masked_fill(skip, 0)
+        if not bool(missing.any()):
+            self.counts = torch.maximum(self.counts, complete)
+            return
         if retriever is None:
+            row = int(missing.nonzero()[0, 0])
             raise ValueError(
-                f"generation reached chunk {complete_chunks - 1} but neighbour_input_ids covers {have} chunks; pass a "
-                "retriever to retrieve at chunk boundaries."
+                f"generation reached chunk {int(complete[row]) - 1} of row {row} but neighbour_input_ids covers "
+                f"{int(self.counts[row])} chunks; pass a retriever to retrieve at chunk boundaries."
             )
-        new = [retriever(sequence[:, chunk * m : (chunk + 1) * m]) for chunk in range(have, complete_chunks)]
-        new = torch.stack([neighbour.to(sequence.device, torch.long) for neighbour in new], dim=1)  # (B, new, k, r)
-        return new if have == 0 else torch.cat((neighbours, new), dim=1)
+        m = self.chunk_size
+        rows, offsets = (torch.arange(int(missing.max()), device=self.device)[None] < missing[:, None]).nonzero(
+            as_tuple=True
+        )
+        chunks = self.counts[rows] + offsets
+        token_index = (padding[rows] + chunks * m)[:, None] + torch.arange(m, device=self.device)
+        chunk_ids = sequence[rows[:, None], token_index]  # (n, m)
+        if "rows" in inspect.signature(retriever).parameters:
+            retrieved = retriever(chunk_ids, rows=rows)
+        else:
+            retrieved = retriever(chunk_ids)
+        database_ids = None
+        if isinstance(retrieved, tuple):
+            database_ids, retrieved = retrieved
+        if not isinstance(retrieved, torch.Tensor) or retrieved.dim() != 3 or retrieved.shape[0] != rows.numel():
+            shape = tuple(retrieved.shape) if isinstance(retrieved, torch.Tensor) else type(retrieved).__name__
+            raise ValueError(f"the retriever must return neighbour token ids of shape ({rows.numel()}, k, r) for "
+                             f"{rows.numel()} chunks, got {shape}.")  # fmt: skip
+        if not self.known:
+            batch = self.tokens.shape[0]
+            self.tokens = self.tokens.new_full((batch, self.tokens.shape[1], *retrieved.shape[1:]), self.pad_token_id)
+            self.chunk_ids = self.chunk_ids.new_full((batch, self.tokens.shape[1], retrieved.shape[1]), -1)
+            self.known = True
+        elif tuple(retrieved.shape[1:]) != tuple(self.tokens.shape[2:]):
+            raise ValueError(f"the retriever returned neighbours of shape (k, r) = {tuple(retrieved.shape[1:])}, but "
+                             f"earlier neighbours have {tuple(self.tokens.shape[2:])}.")  # fmt: skip
+        self._grow(int(complete.max()))
+        self.tokens[rows, chunks] = retrieved.to(self.device, torch.long)
+        self.filled[rows, chunks] = True
+        if database_ids is not None:
+            if tuple(database_ids.shape) != tuple(retrieved.shape[:2]):
+                raise ValueError(f"the retriever's neighbour chunk ids must have shape {tuple(retrieved.shape[:2])}, "
+                                 f"got {tuple(database_ids.shape)}.")  # fmt: skip
+            self.chunk_ids[rows, chunks] = database_ids.to(self.device, torch.long)
+        self.counts = torch.maximum(self.counts, complete)
+
+    def tensors(self, num_chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Neighbours `(B, num_chunks, k, r)` and their mask for the model."""
+        self._grow(num_chunks)
+        tokens = self.tokens[:, :num_chunks]
+        mask = self.filled[:, :num_chunks, None, None] & (tokens != self.pad_token_id)
+        return tokens, mask
+
+    def output(self, sequence: torch.Tensor, padding: torch.Tensor) -> "RetroGenerateOutput":
+        m = self.chunk_size
+        num_chunks = self.tokens.shape[1]
+        positions = (padding[:, None] + torch.arange(num_chunks, device=self.device) * m)[..., None]
+        positions = (positions + torch.arange(m, device=self.device)).clamp(max=sequence.shape[1] - 1)
+        chunk_input_ids = torch.gather(sequence, 1, positions.view(sequence.shape[0], -1)).view(*positions.shape)
+        return RetroGenerateOutput(
+            sequences=sequence,
+            padding=padding,
+            retrieved=self.filled.clone(),
+            chunk_input_ids=chunk_input_ids.masked_fill(~self.filled[..., None], self.pad_token_id),
+            neighbour_input_ids=self.tokens.masked_fill(~self.filled[..., None, None], self.pad_token_id),
+            neighbour_chunk_ids=self.chunk_ids.masked_fill(~self.filled[..., None], -1),
+        )
+
+
+@dataclass
+class RetroGenerateOutput(ModelOutput):
+    r"""
+    What [`RetroForCausalLM.generate`] produced and what the model read (`return_neighbours=True`). Chunk `u` of row
+    `b` covers `sequences[b, padding[b] + u * m : padding[b] + (u + 1) * m]`; its neighbours were read by the tokens
+    from its last one to the one before the last of chunk `u + 1` (the paper's causal alignment).
+
+    Args:
+        sequences (`torch.LongTensor` of shape `(B, T + new_tokens)`): prompts (padding included) and generated tokens.
+        padding (`torch.LongTensor` of shape `(B,)`): left padding of each row.
+        retrieved (`torch.BoolTensor` of shape `(B, L)`): whether row `b`'s chunk `u` has neighbours (retrieved or
+            given); `False` for chunks a row never completed (or completed after its end-of-sequence token).
+        chunk_input_ids (`torch.LongTensor` of shape `(B, L, m)`): the chunks that retrieved them.
+        neighbour_input_ids (`torch.LongTensor` of shape `(B, L, k, r)`): the neighbours the model read (each a
+            retrieved chunk followed by its continuation), padding where `retrieved` is `False`.
+        neighbour_chunk_ids (`torch.LongTensor` of shape `(B, L, k)`): the neighbours' database chunk ids when the
+            retriever reported them (`RetroRetriever` does), -1 otherwise.
+    """
+
+    sequences: torch.LongTensor | None = None
+    padding: torch.LongTensor | None = None
+    retrieved: torch.BoolTensor | None = None
+    chunk_input_ids: torch.LongTensor | None = None
+    neighbour_input_ids: torch.LongTensor | None = None
+    neighbour_chunk_ids: torch.LongTensor | None = None
 
 
 __all__ = [
     "RetroCache",
     "RetroCausalLMOutput",
     "RetroForCausalLM",
+    "RetroGenerateOutput",
     "RetroModel",
     "RetroModelOutput",
     "RetroPreTrainedModel",
