@@ -175,7 +175,12 @@ class OpenQAPipeline(Pipeline):
         inputs = {
             key: model_inputs[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in model_inputs
         }
-        spans = self.model.score_spans(**inputs)
+        searcher = getattr(self.model, "searcher", None)
+        if hasattr(searcher, "query_texts"):  # a HybridSearcher: BM25 needs the question text
+            with searcher.query_texts(self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)):
+                spans = self.model.score_spans(**inputs)
+        else:
+            spans = self.model.score_spans(**inputs)
         batch_size, num_read, num_candidates = spans.span_logits.shape
         logits = spans.span_logits.float().masked_fill(~spans.span_mask, float("-inf")).view(batch_size, -1)
         probabilities = logits.softmax(dim=-1)  # (B, R * N); NaN only where no span is valid, and then unused
