@@ -68,6 +68,23 @@ def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
     assert "expected a number between 0 and 1" in capsys.readouterr().err
 
 
+def test_ask_with_hybrid_and_bm25_searchers(demo_dir, capsys):
+    pytest.importorskip("bm25s")
+    from realm_hf.retrieval.bm25 import BM25Searcher
+
+    question = "What is the capital of Japan?"
+    assert main(["ask", "--model", str(demo_dir), "--json", "--searcher", "bm25", question]) == 0
+    line = json.loads(capsys.readouterr().out)
+    records = RealmRetriever.from_pretrained(demo_dir).block_records
+    texts = [records[index].decode() for index in range(len(records))]
+    reader_beam_size = RealmForOpenQA.from_pretrained(demo_dir).config.reader_beam_size
+    bm25_ids = BM25Searcher.from_documents(texts).search_text([question], reader_beam_size).ids[0].tolist()
+    assert line["block_id"] in bm25_ids  # read from BM25's blocks only
+    assert main(["ask", "--model", str(demo_dir), "--json", "--searcher", "hybrid", "--bm25-fraction", "0.5",
+                 question]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["answer"]
+
+
 def test_ask_batches_give_the_answers_of_single_questions(demo_dir, capsys):
     questions = ["Who wrote Hamlet?", "What is the capital of Japan?", "Where does the Nile flow?"]
     main(["ask", "--model", str(demo_dir), "--json", "--batch-size", "3", *questions])

@@ -155,6 +155,10 @@ def cmd_ask(args) -> int:
               "(as written by save_pretrained), or a Hub repo id such as google/realm-orqa-nq-openqa.",
               file=sys.stderr)  # fmt: skip
         return 1
+    if args.searcher != "dense":
+        from realm_hf.retrieval.hybrid import hybrid_searcher_for
+
+        model.searcher = hybrid_searcher_for(model, bm25_fraction=1.0 if args.searcher == "bm25" else args.bm25_fraction)
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
                                abstention_threshold=args.abstention_threshold)  # fmt: skip
     _print_answers(results, as_json=args.json)
@@ -195,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--top-k", type=positive_int, default=1, help="answers per question, best first (default: 1)")
     ask.add_argument("--json", action="store_true", help="print one JSON object per answer")
+    ask.add_argument("--searcher", choices=("dense", "hybrid", "bm25"), default="dense",
+                     help="which blocks are read: the model's dense search (default), the union of dense and BM25 "
+                          "candidates (hybrid), or BM25's alone; all scored by the model's own relevance")  # fmt: skip
+    ask.add_argument("--bm25-fraction", type=_unit_interval, default=0.4, metavar="F",
+                     help="with --searcher hybrid, the share of the blocks read that BM25 chooses (default: 0.4)")
     ask.add_argument("--abstention-threshold", type=_unit_interval, default=None, metavar="P",
                      help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
                           "calibration.json threshold; 0 never abstains; models without calibration never abstain)")  # fmt: skip

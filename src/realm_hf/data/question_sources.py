@@ -666,7 +666,7 @@ _THINGS = ("coffee", "bicycle", "bread", "gold", "cheese", "music", "toy", "shoe
 _PEOPLE = ("my uncle", "our accountant", "the new intern", "my landlord", "our team lead")
 
 
-def unanswerable_questions(count_per_template: int = 6, places: Sequence[str] = ("Paris", "Lagos", "Lima"),
+def unanswerable_questions(count_per_template: int = 12, places: Sequence[str] = ("Paris", "Lagos", "Lima"),
                            seed: int = 0) -> list[dict[str, Any]]:  # fmt: skip
     """Questions no offline corpus passage answers, by template ([`UNANSWERABLE_TEMPLATES`]), with made-up names for
     the fictional ones.
@@ -676,7 +676,7 @@ def unanswerable_questions(count_per_template: int = 6, places: Sequence[str] = 
     and test ask in words training never saw.
 
     Args:
-        count_per_template (`int`, *optional*, defaults to 6): questions per template (fewer for templates without
+        count_per_template (`int`, *optional*, defaults to 12): questions per template (fewer for templates without
             slots, which give one).
         places (sequence of `str`, *optional*): places to fill `{place}` with (e.g. factbook capitals).
         seed (`int`, *optional*, defaults to 0): the fillers drawn.

@@ -27,7 +27,7 @@ from .interfaces import Searcher, SearchResult, as_query_matrix
 
 logger = logging.get_logger(__name__)
 
-__all__ = ["HybridSearcher"]
+__all__ = ["HybridSearcher", "hybrid_searcher_for"]
 
 
 class HybridSearcher:
@@ -144,3 +144,38 @@ def _union(dense: list[int], bm25: list[int], k: int, num_bm25: int) -> list[int
             chosen.append(block)
             taken.add(block)
     return chosen
+
+
+def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None) -> HybridSearcher:
+    """A [`HybridSearcher`] for a loaded `RealmForOpenQA`: its searcher (or its in-model `block_emb`) plus BM25 over
+    its retriever's block texts (titles included, as the reader sees them). Set it with `model.searcher = ...`.
+
+    Args:
+        model: a `RealmForOpenQA` with a retriever.
+        bm25_fraction (`float`, *optional*, defaults to 0.4): see [`HybridSearcher`].
+        bm25 (*optional*): a ready BM25 searcher over the same blocks; built (seconds for 50k blocks) if not given.
+    """
+    from .torch_search import ExactSearcher
+
+    dense = model.searcher
+    if isinstance(dense, HybridSearcher):
+        dense = dense.dense
+    if dense is None:
+        block_emb = getattr(model, "block_emb", None)
+        if block_emb is None or block_emb.numel() == 0:
+            raise ValueError("the model has neither a searcher nor block embeddings to search")
+        dense = ExactSearcher(block_emb.detach().float())
+    if bm25 is None:
+        from .bm25 import BM25Searcher
+
+        records = model.retriever.block_records
+        store = getattr(records, "store", None)
+        if store is not None and hasattr(store, "block_texts"):
+            bm25 = BM25Searcher.from_documents(store)
+        else:
+            bm25 = BM25Searcher.from_documents([_text(records[index]) for index in range(len(records))])
+    return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction)
+
+
+def _text(record) -> str:
+    return record.decode("utf-8") if isinstance(record, bytes) else str(record)
