@@ -37,6 +37,8 @@ extras = {
     # Importing TensorFlow checkpoints needs no TensorFlow (realm_hf.conversion.tf_reader); this makes their crc32c
     # checks fast on GB-sized files.
     "tf": ["google-crc32c>=1.5"],
+    # Accuracy-coverage plots of the calibrated confidence (examples/evaluate_question_sources.py).
+    "plots": ["matplotlib>=3.7"],
 }
 extras["all"] = sorted({dep for deps in extras.values() for dep in deps})
 
