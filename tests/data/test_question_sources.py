@@ -174,7 +174,7 @@ def test_paraphrases_avoid_the_field_words():
         field = FACTBOOK_RELATIONS[relation][1].lower()
         for template in templates:
             assert field not in template.lower(), (relation, template)
-    for relation, (_, field, _, _, templates) in qs.FACTBOOK_FIELD_RELATIONS.items():
+    for relation, (_, _field, _, _, templates) in qs.FACTBOOK_FIELD_RELATIONS.items():
         assert 2 <= len(templates) <= 3 and all("{country}" in template for template in templates), relation
 
 
