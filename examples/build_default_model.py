@@ -549,16 +549,17 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="questions per fine-tuning step")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--eval-steps", type=int, default=49)
-    parser.add_argument("--max-steps", type=int, default=0, help="cap on fine-tuning steps (0: --epochs decides)")
+    parser.add_argument("--max-steps", type=int, default=900, help="cap on fine-tuning steps (0: --epochs decides); "
+                        "900 x 8 questions is about 2 hours on 2 CPU cores")
     parser.add_argument("--quiz-dir", type=Path, default=None, help="unpacked bsdgames quiz files (default: fetched "
                                                                      "with apt-get download into $REALM_HF_HOME)")
     parser.add_argument("--dev-per-source", type=int, default=60, help="dev questions per source for checkpoint choice")
     parser.add_argument("--eval-per-source", type=int, default=300, help="dev questions per source in evaluate")
     parser.add_argument("--factbook-only", action="store_true", help="fine-tune on the factbook templates alone "
                                                                       "(the previous recipe)")
-    parser.add_argument("--pretrain-steps", type=int, default=2000)
+    parser.add_argument("--pretrain-steps", type=int, default=300, help="about 2 hours on 2 CPU cores; more on a GPU")
     parser.add_argument("--pretrain-batch-size", type=int, default=8)
-    parser.add_argument("--pretrain-refresh-every", type=int, default=200)
+    parser.add_argument("--pretrain-refresh-every", type=int, default=100)
     parser.add_argument("--ship", choices=["auto", *ARMS], default="auto",
                         help="which fine-tuned model export ships (auto: the better on dev)")
     args = parser.parse_args(argv)

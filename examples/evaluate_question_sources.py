@@ -52,9 +52,10 @@ def ensure_questions(directory: Path, seed: int, tokenizer) -> dict:
 
 
 @torch.no_grad()
-def candidates(model, tokenizer, searcher, rows: list[dict], batch_size: int) -> list[list[int]]:
-    """The top-20 candidate block ids of each question (retrieval only: cheap)."""
-    ids = []
+def candidates(model, tokenizer, searcher, rows: list[dict], batch_size: int) -> dict[int, list[list[int]]]:
+    """For each k in KS, the k candidate block ids of each question (retrieval only: cheap). A hybrid searcher is
+    asked once per k: its union depends on k (k=5 is what the reader reads), so the top 5 of its 20 are not its 5."""
+    per_k = {k: [] for k in KS}
     for start in range(0, len(rows), batch_size):
         questions = [row["question"] for row in rows[start : start + batch_size]]
         inputs = tokenizer(questions, padding=True, truncation=True, max_length=model.config.searcher_seq_len,
@@ -62,10 +63,13 @@ def candidates(model, tokenizer, searcher, rows: list[dict], batch_size: int) ->
         embeddings = model.embedder(**inputs).projected_score
         if hasattr(searcher, "query_texts"):
             with searcher.query_texts(tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)):
-                ids += searcher.search(embeddings, max(KS)).ids.tolist()
+                for k in KS:
+                    per_k[k] += searcher.search(embeddings, k).ids.tolist()
         else:
-            ids += searcher.search(embeddings, max(KS)).ids.tolist()
-    return ids
+            ids = searcher.search(embeddings, max(KS)).ids.tolist()
+            for k in KS:
+                per_k[k] += [row[:k] for row in ids]
+    return per_k
 
 
 @torch.no_grad()
@@ -87,17 +91,16 @@ def read(open_qa, searcher, rows: list[dict], batch_size: int) -> list[dict]:
     return results
 
 
-def recall(ids: list[list[int]], rows: list[dict], block_texts) -> dict:
+def recall(per_k: dict[int, list[list[int]]], rows: list[dict], block_texts) -> dict:
     from realm_hf.evaluation.metrics import has_answer
 
-    hits = {k: [] for k in KS}
-    for candidates_of_row, row in zip(ids, rows, strict=True):
-        if not row["answers"]:
-            continue
-        found = [has_answer(text, row["answers"]) for text in block_texts(candidates_of_row)]
-        for k in KS:
-            hits[k].append(float(any(found[:k])))
-    return {f"recall@{k}": sum(values) / len(values) for k, values in hits.items() if values}
+    metrics = {}
+    for k, ids in per_k.items():
+        hits = [float(any(has_answer(text, row["answers"]) for text in block_texts(row_ids)))
+                for row_ids, row in zip(ids, rows, strict=True) if row["answers"]]  # fmt: skip
+        if hits:
+            metrics[f"recall@{k}"] = sum(hits) / len(hits)
+    return metrics
 
 
 def score(results: list[dict], rows: list[dict]) -> dict:
@@ -118,8 +121,12 @@ def main(argv=None) -> None:
     parser.add_argument("--questions", type=Path, default=Path("build/default_model/question_sources"))
     parser.add_argument("--output", type=Path, default=Path("examples/results/default_model_sources.json"))
     parser.add_argument("--max-per-source", type=int, default=300, help="dev questions per source for recall@k")
-    parser.add_argument("--max-read-per-source", type=int, default=40,
-                        help="of those, the first N are read (EM, top evidence, calibration): reading is the slow part")
+    parser.add_argument(
+        "--max-read-per-source",
+        type=int,
+        default=40,
+        help="of those, the first N are read (EM, top evidence, calibration): reading is the slow part",
+    )
     parser.add_argument("--max-test-per-source", type=int, default=25, help="test questions read per source")
     parser.add_argument("--bm25-fraction", type=float, default=0.4)
     parser.add_argument("--systems", nargs="+", default=["dense", "bm25", "hybrid"],
@@ -154,7 +161,9 @@ def main(argv=None) -> None:
 
     report = {"model": str(args.model), "question_counts": counts, "settings": vars(args) | {"ks": list(KS)},
               "dev": {}, "test": {}}  # fmt: skip
-    report["settings"] = {key: str(value) if isinstance(value, Path) else value for key, value in report["settings"].items()}
+    report["settings"] = {
+        key: str(value) if isinstance(value, Path) else value for key, value in report["settings"].items()
+    }
     dev_rows = {source: sample(read_jsonl(args.questions / f"{source}.dev.jsonl"), args.max_per_source, args.seed)
                 for source in SOURCES}  # fmt: skip
     dense_results = {}

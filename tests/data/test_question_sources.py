@@ -80,14 +80,19 @@ def test_locate_answers_needs_answer_and_subject_in_one_passage():
 
     located = qs.locate_answers(rows, passages, search=search, k=3)
     assert seen_queries[0] == "What is the capital of Kenya? Nairobi"
-    assert [row["question"] for row in located] == ["What is the capital of Kenya?", "Which element has the symbol Ar?"]
+    assert [row["question"] for row in located] == [
+        "What is the capital of Kenya?",
+        "Which element has the symbol Ar?",
+    ]
     assert located[0]["gold_source"] == "wiki:Kenya" and located[0]["answers"] == ["Nairobi"]
     assert "subjects" not in located[0] and "case_sensitive_subjects" not in located[1]
 
 
 def test_locate_answers_with_bm25():
     pytest.importorskip("bm25s")
-    passages = [{"title": f"Filler {index}", "text": "nothing here at all", "source": f"x:{index}"} for index in range(5)]
+    passages = [
+        {"title": f"Filler {index}", "text": "nothing here at all", "source": f"x:{index}"} for index in range(5)
+    ]
     passages.append({"title": "Peru", "text": "Lima is the capital of Peru.", "source": "wiki:Peru"})
     rows = [{"question": "What is the capital of Peru?", "answers": ["Lima"], "subjects": ["Peru"]}]
     assert qs.locate_answers(rows, passages, k=2)[0]["gold_source"] == "wiki:Peru"
@@ -141,7 +146,9 @@ def test_unanswerable_questions_split_by_template():
                 index = next(index for index, pattern in enumerate(patterns) if pattern.match(row["question"]))
                 assert row["split"] == ("dev" if index % 5 == 1 else "test" if index % 5 == 3 else "train"), row
     assert {name: {row["split"] for row in split} for name, split in splits.items()} == {
-        "train": {"train"}, "dev": {"dev"}, "test": {"test"}
+        "train": {"train"},
+        "dev": {"dev"},
+        "test": {"test"},
     }
     with pytest.raises(ValueError, match="count_per_template"):
         qs.unanswerable_questions(count_per_template=0)

@@ -57,7 +57,12 @@ def test_parse_field_errors_name_the_field(field):
 def test_records_with_continuations_and_escaped_colons():
     records = quiz.parse_quiz_lines(PRES_SAMPLE.splitlines())
     assert len(records) == 3
-    assert records[1] == ["{T{homas} }Jefferson", "1801-{{18}0}9", "{A{aron} }Burr|{G{eorge} }Clinton", "{J{ames} }Madison"]
+    assert records[1] == [
+        "{T{homas} }Jefferson",
+        "1801-{{18}0}9",
+        "{A{aron} }Burr|{G{eorge} }Clinton",
+        "{J{ames} }Madison",
+    ]
     bard = quiz.parse_quiz_lines(BARD_SAMPLE.splitlines())
     assert len(bard) == 1 and len(bard[0]) == 4
     assert quiz.expand_field(bard[0][0])[0] == "To be, or not to be:"  # `\:` is a colon inside the field
@@ -74,7 +79,9 @@ def test_questions_from_records():
     states = quiz.quiz_questions_from_records("state", quiz.parse_quiz_lines(STATE_SAMPLE.splitlines()))
     assert states[0]["question"] == "What is the capital of Alabama?" and states[0]["answers"] == ["Montgomery"]
     assert states[0]["subjects"][0] == "Alabama" and "AL" in states[0]["subjects"]
-    assert states[1]["question"] == "Montgomery is the capital of which state?" and states[1]["answers"][0] == "Alabama"
+    assert (
+        states[1]["question"] == "Montgomery is the capital of which state?" and states[1]["answers"][0] == "Alabama"
+    )
 
     presidents = quiz.quiz_questions_from_records("pres", quiz.parse_quiz_lines(PRES_SAMPLE.splitlines()))
     by_question = {row["question"]: row for row in presidents}

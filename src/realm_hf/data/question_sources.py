@@ -95,7 +95,9 @@ def _contains(haystack: list[str], needle: list[str]) -> bool:
     return False
 
 
-def _found(text_tokens: list[str], raw_text: str, candidates: Iterable[str], case_sensitive: bool = False) -> list[str]:
+def _found(
+    text_tokens: list[str], raw_text: str, candidates: Iterable[str], case_sensitive: bool = False
+) -> list[str]:
     if case_sensitive:
         return [candidate for candidate in candidates if re.search(rf"(?<!\w){re.escape(candidate)}(?!\w)", raw_text)]
     return [candidate for candidate in candidates if _contains(text_tokens, _tokens(candidate))]
@@ -481,7 +483,9 @@ def _list_items(text: str, country: dict) -> list[str]:
 
 
 def _border_countries(text: str, country: dict) -> list[str]:
-    names = [re.sub(r"\s+[\d,.]+\s*km.*$", "", _normalize(item)) for item in re.split(r";", _drop_parentheticals(text))]
+    names = [
+        re.sub(r"\s+[\d,.]+\s*km.*$", "", _normalize(item)) for item in re.split(r";", _drop_parentheticals(text))
+    ]
     return [name for name in _unique(names) if name and name[0].isupper() and _is_short(name)][:16]
 
 
@@ -634,31 +638,52 @@ def factbook_field_questions(max_answer_tokens: int = 10, tokenizer=None) -> lis
 # category -> templates; `{place}`, `{person}`, `{year}`, `{thing}` are filled at run time.
 UNANSWERABLE_TEMPLATES: dict[str, tuple[str, ...]] = {
     "personal": (
-        "What is my mother's maiden name?", "Who is the CEO of my company?", "What did I eat for breakfast today?",
-        "Where did I park my car?", "What is my neighbour's favourite colour?", "How old is my best friend?",
-        "What is the name of my first pet?", "Which street do I live on in {place}?",
-        "What is my password for the {thing} account?", "When is my sister's birthday?",
+        "What is my mother's maiden name?",
+        "Who is the CEO of my company?",
+        "What did I eat for breakfast today?",
+        "Where did I park my car?",
+        "What is my neighbour's favourite colour?",
+        "How old is my best friend?",
+        "What is the name of my first pet?",
+        "Which street do I live on in {place}?",
+        "What is my password for the {thing} account?",
+        "When is my sister's birthday?",
     ),
     "future": (
-        "What will the weather be in {place} tomorrow?", "Who will win the {year} World Cup?",
-        "What will the population of {place} be in {year}?", "Who will be the president of {place} in {year}?",
-        "What will the price of {thing} be next week?", "Which team will win the next final?",
-        "When will the next earthquake hit {place}?", "What will the exchange rate be in {year}?",
-        "Who will win the {year} Nobel Prize in Physics?", "What will be the top song of {year}?",
+        "What will the weather be in {place} tomorrow?",
+        "Who will win the {year} World Cup?",
+        "What will the population of {place} be in {year}?",
+        "Who will be the president of {place} in {year}?",
+        "What will the price of {thing} be next week?",
+        "Which team will win the next final?",
+        "When will the next earthquake hit {place}?",
+        "What will the exchange rate be in {year}?",
+        "Who will win the {year} Nobel Prize in Physics?",
+        "What will be the top song of {year}?",
     ),
     "fictional": (
-        "What is the capital of {fiction}?", "Who is the king of {fiction}?", "What is the currency of {fiction}?",
-        "What is the highest mountain on the planet {fiction}?", "Who founded the city of {fiction}?",
-        "When did {fiction} become independent?", "What language is spoken in {fiction}?",
-        "Who wrote the novel {fiction} Rising?", "What is the national dish of {fiction}?",
+        "What is the capital of {fiction}?",
+        "Who is the king of {fiction}?",
+        "What is the currency of {fiction}?",
+        "What is the highest mountain on the planet {fiction}?",
+        "Who founded the city of {fiction}?",
+        "When did {fiction} become independent?",
+        "What language is spoken in {fiction}?",
+        "Who wrote the novel {fiction} Rising?",
+        "What is the national dish of {fiction}?",
         "How many moons does the planet {fiction} have?",
     ),
     "not_in_corpus": (
-        "What is the phone number of the {thing} shop in {place}?", "What time does the {place} post office open?",
-        "Who won the {place} chess club tournament in {year}?", "What is the square root of {number}?",
-        "How many emails did {person} send last week?", "What is the serial number of my laptop?",
-        "Which bus goes from the station to the {thing} factory in {place}?", "What is {number} times {number2}?",
-        "What is the menu of the {thing} café in {place} today?", "Who lives at 42 {fiction} Street?",
+        "What is the phone number of the {thing} shop in {place}?",
+        "What time does the {place} post office open?",
+        "Who won the {place} chess club tournament in {year}?",
+        "What is the square root of {number}?",
+        "How many emails did {person} send last week?",
+        "What is the serial number of my laptop?",
+        "Which bus goes from the station to the {thing} factory in {place}?",
+        "What is {number} times {number2}?",
+        "What is the menu of the {thing} café in {place} today?",
+        "Who lives at 42 {fiction} Street?",
     ),
 }
 _FICTION_SYLLABLES = ("zan", "dor", "vel", "qua", "mir", "tho", "ryx", "bel", "kor", "ith", "lum", "sar", "vex", "ora")

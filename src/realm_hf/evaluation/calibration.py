@@ -74,7 +74,9 @@ class Calibration:
             )
         unknown = [name for name in self.features if name not in CALIBRATION_FEATURES]
         if unknown:
-            raise ValueError(f"calibration: unknown features {unknown}; expected names among {list(CALIBRATION_FEATURES)}")
+            raise ValueError(
+                f"calibration: unknown features {unknown}; expected names among {list(CALIBRATION_FEATURES)}"
+            )
         if any(not math.isfinite(value) for value in [*self.mean, *self.weights, self.bias, self.threshold]) or any(
             not math.isfinite(value) or value <= 0 for value in self.scale
         ):
@@ -104,7 +106,9 @@ class Calibration:
         expected = {"features", "mean", "scale", "weights", "bias"}
         missing = sorted(expected - set(payload))
         if missing:
-            raise ValueError(f"calibration: missing keys {missing}; expected {sorted(expected)} (+ threshold, metadata)")
+            raise ValueError(
+                f"calibration: missing keys {missing}; expected {sorted(expected)} (+ threshold, metadata)"
+            )
         return cls(
             features=[str(name) for name in payload["features"]],
             mean=[float(value) for value in payload["mean"]],
@@ -116,13 +120,16 @@ class Calibration:
         )
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Writes `directory/calibration.json` (atomically)."""
-        from ..atomic import atomic_path
-
+        """Writes `directory/calibration.json` atomically (a temporary file renamed into place; this package
+        imports nothing else from realm_hf, so `realm_hf.atomic` is not used)."""
         path = Path(directory) / CALIBRATION_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as temporary:
-            Path(temporary).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
         return path
 
     @classmethod
@@ -166,7 +173,9 @@ def fit_calibration(
         raise ValueError("fitting a calibration needs at least one correct and one incorrect answer")
     unknown = [name for name in feature_names if name not in CALIBRATION_FEATURES]
     if unknown or not feature_names:
-        raise ValueError(f"feature_names: expected names among {list(CALIBRATION_FEATURES)}, received {list(feature_names)}")
+        raise ValueError(
+            f"feature_names: expected names among {list(CALIBRATION_FEATURES)}, received {list(feature_names)}"
+        )
     selected = features[:, [CALIBRATION_FEATURES.index(name) for name in feature_names]]
     selected = torch.nan_to_num(selected, nan=0.0, posinf=MAX_MARGIN, neginf=-1e4)
     mean = selected.mean(0)
@@ -178,7 +187,9 @@ def fit_calibration(
     for _ in range(steps):
         probabilities = torch.sigmoid(x @ theta)
         gradient = x.T @ (probabilities - labels) + penalty * theta
-        hessian = (x.T * (probabilities * (1 - probabilities))) @ x + torch.diag(penalty) + 1e-9 * torch.eye(len(theta))
+        hessian = (
+            (x.T * (probabilities * (1 - probabilities))) @ x + torch.diag(penalty) + 1e-9 * torch.eye(len(theta))
+        )
         step = torch.linalg.solve(hessian, gradient)
         theta = theta - step
         if step.abs().max() < 1e-8:

@@ -39,8 +39,8 @@ class HybridSearcher:
         bm25 ([`BM25Searcher`] or any object with `search_text(questions, k) -> SearchResult` and `num_blocks`): over the
             same blocks, same ids.
         bm25_fraction (`float`, *optional*, defaults to 0.4): share of the `k` slots given to BM25 candidates,
-            `round(k * bm25_fraction)` (at least 1 when the fraction is positive); 0 is the dense searcher alone, 1
-            BM25's candidates alone (still scored by the model).
+            `round(k * bm25_fraction)` (so a single block is the dense one for fractions below 0.5); 0 is the dense
+            searcher alone, 1 BM25's candidates alone (still scored by the model).
 
     Example:
 
@@ -84,9 +84,7 @@ class HybridSearcher:
 
     def num_bm25(self, k: int) -> int:
         """BM25 slots among `k`."""
-        if self.bm25_fraction == 0:
-            return 0
-        return min(k, max(1, round(k * self.bm25_fraction)))
+        return min(k, round(k * self.bm25_fraction))
 
     def search(self, query_embeddings: torch.Tensor | np.ndarray, k: int) -> SearchResult:
         """The `k` candidates per query, best first by inner product with the query (see the class docstring).
