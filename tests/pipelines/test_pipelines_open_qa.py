@@ -2,6 +2,8 @@
 top-k, batching, truncated blocks, titles, save/reload, and errors."""
 
 import json
+import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,7 @@ QUESTIONS = [
     "What is the largest planet in the Solar System?",
     "Who was a pioneer of computer science?",
 ]
-ANSWER_KEYS = {"answer", "score", "start", "end", "block_id", "title", "evidence"}
+ANSWER_KEYS = {"answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained"}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,7 @@ def _same_text(answer: str, wordpieces: str) -> bool:
 
 def _assert_answer(answer: dict, retriever: RealmRetriever) -> None:
     assert set(answer) == ANSWER_KEYS
+    assert answer["confidence"] is None and answer["abstained"] is False  # no calibration: never abstains
     assert isinstance(answer["score"], float) and 0.0 < answer["score"] <= 1.0
     assert answer["evidence"] == retriever.block_records[answer["block_id"]].decode()
     assert answer["evidence"][answer["start"] : answer["end"]] == answer["answer"]
@@ -324,3 +327,58 @@ def test_a_model_without_records_or_of_the_wrong_class_is_refused(demo_dir):
         pipeline("open-qa", model=RealmForOpenQA(tiny_config()), tokenizer=tokenizer, device="cpu")
     with pytest.raises(TypeError, match="needs a RealmForOpenQA model, got RealmEmbedder"):
         OpenQAPipeline(model=RealmEmbedder(tiny_config()), tokenizer=tokenizer, device="cpu")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# calibrated confidence and abstention
+
+
+def _calibration(feature: str, weight: float = 1.0, bias: float = 0.0, threshold: float = 0.5):
+    from realm_hf.evaluation.calibration import Calibration
+
+    return Calibration(features=[feature], mean=[0.0], scale=[1.0], weights=[weight], bias=bias, threshold=threshold)
+
+
+def test_confidence_is_the_calibrated_span_probability(open_qa):
+    question = QUESTIONS[0]
+    plain = open_qa(question)
+    calibrated = open_qa(question, calibration=_calibration("log_span_probability", weight=2.0, bias=1.0))
+    assert calibrated["answer"] == plain["answer"] and calibrated["score"] == plain["score"]
+    expected = 1 / (1 + math.exp(-(2.0 * math.log(plain["score"]) + 1.0)))
+    assert calibrated["confidence"] == pytest.approx(expected, rel=1e-5)
+    assert calibrated["abstained"] is (expected < 0.5)
+
+
+def test_margin_and_retrieval_features_match_score_spans(open_qa):
+    question = QUESTIONS[1]
+    with torch.no_grad():
+        scores = open_qa.model.score_spans(**open_qa.tokenizer([question], return_tensors="pt"))
+    logits = scores.span_logits[0].float().masked_fill(~scores.span_mask[0], float("-inf")).flatten()
+    top = torch.topk(logits, 2).values
+    block = int(torch.argmax(logits)) // scores.span_logits.shape[-1]
+    read = scores.retrieved_logits[0, : scores.span_logits.shape[1]].float()
+    for feature, expected in [
+        ("margin", float(top[0] - top[1])),
+        ("span_logit", float(top[0])),
+        ("log_block_probability", float(read.log_softmax(-1)[block])),
+        ("max_retrieval_logit", float(read.max())),
+    ]:
+        answer = open_qa(question, calibration=_calibration(feature))
+        assert answer["confidence"] == pytest.approx(1 / (1 + math.exp(-min(expected, 20.0))), rel=1e-4), feature
+
+
+def test_threshold_override_and_calibration_file(open_qa, demo_dir, tmp_path):
+    calibration = _calibration("log_span_probability", weight=0.0, bias=0.0, threshold=0.6)  # confidence 0.5
+    answers = open_qa(QUESTIONS, calibration=calibration, top_k=2)
+    assert all(answer["confidence"] == pytest.approx(0.5) and answer["abstained"] for pair in answers for answer in pair)
+    kept = open_qa(QUESTIONS[0], calibration=calibration, abstention_threshold=0.4)
+    assert kept["abstained"] is False and kept["answer"] == open_qa(QUESTIONS[0])["answer"]
+    with pytest.raises(ValueError, match="abstention_threshold"):
+        open_qa(QUESTIONS[0], abstention_threshold=1.5)
+    # A model directory with calibration.json abstains by itself.
+    directory = tmp_path / "calibrated"
+    shutil.copytree(demo_dir, directory)
+    calibration.save(directory)
+    calibrated = pipeline("open-qa", model=str(directory), device="cpu")
+    assert calibrated(QUESTIONS[0])["abstained"] is True
+    assert calibrated(QUESTIONS[0], abstention_threshold=0.0)["abstained"] is False

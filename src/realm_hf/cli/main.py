@@ -36,13 +36,17 @@ def _load(model_path: str):
     return load_open_qa(model_path)
 
 
-def answer_questions(model, retriever, questions: list[str], batch_size: int = 8, top_k: int = 1) -> list[dict]:
+def answer_questions(
+    model, retriever, questions: list[str], batch_size: int = 8, top_k: int = 1,
+    abstention_threshold: float | None = None,
+) -> list[dict]:  # fmt: skip
     """Answers `questions` with the "open-qa" pipeline, `batch_size` questions per forward pass.
 
     Returns one dict per answer, `top_k` per question (fewer if the blocks read hold fewer spans), best first:
     `question`, `rank` (1 = best), `answer` (as written in the evidence), `score` (its probability among the spans of
-    the blocks read), `block_id`, `title` (`None` unless the corpus has titles), `evidence` (the block text), and
-    `start`/`end`, the answer's character offsets in the evidence.
+    the blocks read), `block_id`, `title` (`None` unless the corpus has titles), `evidence` (the block text),
+    `start`/`end`, the answer's character offsets in the evidence, `confidence` (calibrated, `None` for a model without
+    `calibration.json`) and `abstained` (the model does not know; `answer` is still its best guess).
     """
     from transformers import pipeline
 
@@ -51,7 +55,9 @@ def answer_questions(model, retriever, questions: list[str], batch_size: int = 8
         return []
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device=model.device)
     results = []
-    for question, answers in zip(questions, open_qa(questions, batch_size=batch_size, top_k=top_k), strict=True):
+    options = {} if abstention_threshold is None else {"abstention_threshold": abstention_threshold}
+    for question, answers in zip(questions, open_qa(questions, batch_size=batch_size, top_k=top_k, **options),
+                                 strict=True):  # fmt: skip
         for rank, answer in enumerate([answers] if isinstance(answers, dict) else answers, start=1):
             results.append(
                 {
@@ -64,6 +70,8 @@ def answer_questions(model, retriever, questions: list[str], batch_size: int = 8
                     "evidence": answer["evidence"],
                     "start": answer["start"],
                     "end": answer["end"],
+                    "confidence": answer.get("confidence"),
+                    "abstained": bool(answer.get("abstained", False)),
                 }
             )
     return results
@@ -77,7 +85,10 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         if result["rank"] == 1:
             print(f"Q: {result['question']}")
         title = f", {result['title']!r}" if result["title"] else ""
-        print(f"A{result['rank'] if result['rank'] > 1 else ''}: {result['answer']}  (score {result['score']:.3f})\n"
+        confidence = result.get("confidence")
+        score = f"score {result['score']:.3f}" + (f", confidence {confidence:.2f}" if confidence is not None else "")
+        unsure = "(not sure) " if result.get("abstained") else ""
+        print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{result['answer']}  ({score})\n"
               f"   evidence [block {result['block_id']}{title}]: {result['evidence']}\n")  # fmt: skip
 
 
@@ -145,9 +156,24 @@ def cmd_ask(args) -> int:
               "(as written by save_pretrained), or a Hub repo id such as google/realm-orqa-nq-openqa.",
               file=sys.stderr)  # fmt: skip
         return 1
-    results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k)
+    if args.searcher != "dense":
+        from realm_hf.retrieval.hybrid import hybrid_searcher_for
+
+        model.searcher = hybrid_searcher_for(model, bm25_fraction=1.0 if args.searcher == "bm25" else args.bm25_fraction)
+    results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
+                               abstention_threshold=args.abstention_threshold)  # fmt: skip
     _print_answers(results, as_json=args.json)
     return 0
+
+
+def _unit_interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, received {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,6 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--top-k", type=positive_int, default=1, help="answers per question, best first (default: 1)")
     ask.add_argument("--json", action="store_true", help="print one JSON object per answer")
+    ask.add_argument("--searcher", choices=("dense", "hybrid", "bm25"), default="dense",
+                     help="which blocks are read: the model's dense search (default), the union of dense and BM25 "
+                          "candidates (hybrid), or BM25's alone; all scored by the model's own relevance")  # fmt: skip
+    ask.add_argument("--bm25-fraction", type=_unit_interval, default=0.4, metavar="F",
+                     help="with --searcher hybrid, the share of the blocks read that BM25 chooses (default: 0.4)")
+    ask.add_argument("--abstention-threshold", type=_unit_interval, default=None, metavar="P",
+                     help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
+                          "calibration.json threshold; 0 never abstains; models without calibration never abstain)")  # fmt: skip
     ask.set_defaults(func=cmd_ask)
 
     from .convert import add_parser as add_convert_parser

@@ -15,12 +15,14 @@ candidate span of every block read (`reader_beam_size` blocks per question) of t
 block's retrieval logit, the distribution REALM's reader loss is trained on.
 """
 
+import os
 from collections.abc import Iterator
 
 import torch
 from torch.utils.data import Dataset as TorchDataset
 from transformers import Pipeline
 
+from ..evaluation.calibration import CALIBRATION_FILE, MAX_MARGIN, Calibration
 from ..modeling import RealmForOpenQA
 from ..retrieval import RealmRetriever
 
@@ -53,6 +55,10 @@ class OpenQAPipeline(Pipeline):
     - `title` (`str` or `None`): the document title when the retriever knows it (block records from a
       [`DocumentStore`]); `None` for plain block records such as the Hub's, which hold no titles.
     - `evidence` (`str`): the block text, as the reader saw it (a titled document store block starts with its title).
+    - `confidence` (`float` or `None`): the calibrated probability that the answer is right, from the model's
+      `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
+    - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`): the model does
+      not know; `answer` is still its best guess. Always `False` without a calibration.
 
     A call returns one dict per question with `top_k=1`, else a list of up to `top_k` dicts, best first (fewer when
     the blocks read hold fewer spans); a list of questions gives a list of those.
@@ -104,6 +110,10 @@ class OpenQAPipeline(Pipeline):
             top_k (`int`, *optional*): answers per question (default: the pipeline's, 1).
             max_question_length (`int`, *optional*): question tokens kept (default: `config.searcher_seq_len`).
             batch_size (`int`, *optional*): questions per forward pass.
+            abstention_threshold (`float`, *optional*): abstain below this confidence instead of the calibration's
+                threshold (0 never abstains; ignored without a calibration).
+            calibration (*optional*): a `Calibration`, its dict or a path to `calibration.json`, instead of the
+                model's own.
 
         Returns:
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
@@ -121,8 +131,22 @@ class OpenQAPipeline(Pipeline):
             _check_question(questions, "the question")
         return super().__call__(questions, **kwargs)
 
-    def _sanitize_parameters(self, top_k: int | None = None, max_question_length: int | None = None):
+    def _sanitize_parameters(
+        self,
+        top_k: int | None = None,
+        max_question_length: int | None = None,
+        abstention_threshold: float | None = None,
+        calibration=None,
+    ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
+        if abstention_threshold is not None:
+            if isinstance(abstention_threshold, bool) or not isinstance(abstention_threshold, (int, float)) or not (
+                0.0 <= abstention_threshold <= 1.0
+            ):
+                raise ValueError(f"abstention_threshold must be a number in [0, 1], got {abstention_threshold!r}.")
+            postprocess_params["abstention_threshold"] = float(abstention_threshold)
+        if calibration is not None:
+            postprocess_params["calibration"] = _as_calibration(calibration)
         if top_k is not None:
             if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
                 raise ValueError(f"top_k must be a positive int (answers per question), got {top_k!r}.")
@@ -151,7 +175,12 @@ class OpenQAPipeline(Pipeline):
         inputs = {
             key: model_inputs[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in model_inputs
         }
-        spans = self.model.score_spans(**inputs)
+        searcher = getattr(self.model, "searcher", None)
+        if hasattr(searcher, "query_texts"):  # a HybridSearcher: BM25 needs the question text
+            with searcher.query_texts(self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)):
+                spans = self.model.score_spans(**inputs)
+        else:
+            spans = self.model.score_spans(**inputs)
         batch_size, num_read, num_candidates = spans.span_logits.shape
         logits = spans.span_logits.float().masked_fill(~spans.span_mask, float("-inf")).view(batch_size, -1)
         probabilities = logits.softmax(dim=-1)  # (B, R * N); NaN only where no span is valid, and then unused
@@ -161,6 +190,7 @@ class OpenQAPipeline(Pipeline):
         # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
         return {
             "scores": probabilities.gather(1, best),  # (B, k)
+            "features": _confidence_features(logits, probabilities, best, block_index, spans.retrieved_logits[:, :num_read]),
             "valid": spans.span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
             "start_token": spans.candidate_starts[candidate],  # (B, k), in the reader input
@@ -170,9 +200,15 @@ class OpenQAPipeline(Pipeline):
             "block_mask": spans.block_mask,  # (B, R, L)
         }
 
-    def postprocess(self, model_outputs: dict[str, torch.Tensor], top_k: int = 1):
+    def postprocess(
+        self, model_outputs: dict[str, torch.Tensor], top_k: int = 1, abstention_threshold: float | None = None,
+        calibration=None,
+    ):  # fmt: skip
         # One question: every tensor has a leading batch dim of 1.
         outputs = {key: value[0] for key, value in model_outputs.items()}
+        calibration = calibration if calibration is not None else self._calibration()
+        confidences = calibration.confidence(outputs["features"]).tolist() if calibration is not None else None
+        threshold = abstention_threshold if abstention_threshold is not None else getattr(calibration, "threshold", 0)
         block_ids = outputs["block_ids"].tolist()
         blocks = {}  # block index -> (text, character offsets of its tokens in the reader input)
         answers = []
@@ -196,6 +232,9 @@ class OpenQAPipeline(Pipeline):
                     "block_id": block_ids[index],
                     "title": self._title(block_ids[index]),
                     "evidence": evidence,
+                    # Without a calibration there is no confidence, and the model never abstains.
+                    "confidence": None if confidences is None else float(confidences[rank]),
+                    "abstained": confidences is not None and confidences[rank] < threshold,
                 }
             )
         if top_k > 1:
@@ -205,7 +244,21 @@ class OpenQAPipeline(Pipeline):
         # No block read holds a single token of text (e.g. empty records): an empty answer from the best block.
         evidence = _block_text(self.retriever.block_records[block_ids[0]])
         return {"answer": "", "score": 0.0, "start": 0, "end": 0, "block_id": block_ids[0],
-                "title": self._title(block_ids[0]), "evidence": evidence}  # fmt: skip
+                "title": self._title(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
+                else 0.0, "abstained": calibration is not None}  # fmt: skip
+
+    def _calibration(self):
+        """The model's calibration: `model.calibration` if set, else `calibration.json` beside its weights, else
+        `None` (read once)."""
+        if not hasattr(self, "_cached_calibration"):
+            calibration = getattr(self.model, "calibration", None)
+            if calibration is None and self.model.name_or_path:
+                from pathlib import Path
+
+                path = Path(self.model.name_or_path) / CALIBRATION_FILE
+                calibration = Calibration.load(path) if path.is_file() else None
+            self._cached_calibration = None if calibration is None else _as_calibration(calibration)
+        return self._cached_calibration
 
     def _block_offsets(
         self, block_id: int, reader_input_ids: torch.Tensor, block_mask: torch.Tensor
@@ -258,6 +311,36 @@ def _check_question(question, name: str) -> None:
         )
     if not question.strip():
         raise ValueError(f"the open-qa pipeline expects non-empty questions; {name} is {question!r}.")
+
+
+def _as_calibration(calibration) -> Calibration:
+    if isinstance(calibration, Calibration):
+        return calibration
+    if isinstance(calibration, dict):
+        return Calibration.from_dict(calibration)
+    if isinstance(calibration, (str, os.PathLike)):
+        return Calibration.load(calibration)
+    raise TypeError(f"calibration must be a Calibration, a dict or a path to calibration.json, got {type(calibration).__name__}.")
+
+
+def _confidence_features(logits, probabilities, best, block_index, retrieval_logits) -> torch.Tensor:
+    """`(B, k, len(CALIBRATION_FEATURES))`: for each of the `k` best spans, the numbers a calibration reads (see
+    `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`)."""
+    span_logit = logits.gather(1, best)  # (B, k)
+    top_two = torch.topk(logits, k=min(2, logits.shape[1]), dim=-1).values  # (B, 2)
+    # The best span's margin is over the runner-up; every other span's is its (negative) gap to the best.
+    runner_up = top_two[:, 1:2] if top_two.shape[1] > 1 else torch.full_like(top_two[:, :1], float("-inf"))
+    other = torch.where(torch.arange(best.shape[1], device=best.device) == 0, runner_up, top_two[:, :1])
+    margin = (span_logit - other).clamp(max=MAX_MARGIN)
+    block_log_probability = retrieval_logits.float().log_softmax(dim=-1).gather(1, block_index.to(retrieval_logits.device))
+    features = torch.stack([
+        probabilities.gather(1, best).clamp(min=1e-30).log(),
+        span_logit,
+        margin,
+        block_log_probability.to(span_logit.device),
+        retrieval_logits.float().max(dim=-1).values.unsqueeze(1).expand_as(span_logit).to(span_logit.device),
+    ], dim=-1)  # fmt: skip
+    return torch.nan_to_num(features, nan=0.0, posinf=MAX_MARGIN, neginf=-1e4)
 
 
 def _block_text(record) -> str:

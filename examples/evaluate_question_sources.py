@@ -1,0 +1,305 @@
+"""Per-source dev results for an open-QA model, dense vs BM25 vs hybrid candidates, and its calibration.
+
+    python examples/evaluate_question_sources.py --model models/realm-minilm-factbook \
+        --questions build/default_model/question_sources --output examples/results/default_model_sources.json \
+        --fit-calibration --plot docs/images/accuracy_coverage.png
+
+1. The question sources of `realm_hf.data.question_sources` (written to --questions if missing: about a minute, plus
+   the bsdgames download).
+2. For each source's dev set (at most --max-per-source questions, a fixed sample), three candidate sets read by the
+   same model: its dense search, BM25's blocks (`HybridSearcher` with `bm25_fraction=1`, "BM25 + the same reader"),
+   and the hybrid union (`--bm25-fraction`), each scored by the model's relevance. Metrics: answer recall@1/5/20 of
+   the candidate lists (all sampled questions), EM and the answer in the top evidence block (the first
+   --max-read-per-source of them: reading is what costs time on a CPU).
+3. With --fit-calibration: a logistic calibration fitted on the dev answers of the model's own searcher (unanswerable
+   questions count as wrong), the threshold chosen on dev (<= 25% of correct answers abstained), both goals measured
+   on the test split (at most --max-test-per-source per source), `calibration.json` written into --model, and an
+   accuracy-coverage plot (--plot, needs matplotlib: `pip install realm_hf[plot]`).
+
+Writes one JSON (--output) with every number; the model card and docs/default-model.md quote it.
+"""
+
+import argparse
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger("evaluate_question_sources")
+
+KS = (1, 5, 20)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def sample(rows: list[dict], limit: int, seed: int) -> list[dict]:
+    if len(rows) <= limit:
+        return rows
+    return random.Random(seed).sample(rows, limit)
+
+
+def ensure_questions(directory: Path, seed: int, tokenizer) -> dict:
+    from realm_hf.data.question_sources import write_question_sources
+
+    if not (directory / "counts.json").is_file():
+        write_question_sources(directory, seed=seed, tokenizer=tokenizer)
+    return json.loads((directory / "counts.json").read_text(encoding="utf-8"))
+
+
+@torch.no_grad()
+def candidates(model, tokenizer, searcher, rows: list[dict], batch_size: int) -> dict[int, list[list[int]]]:
+    """For each k in KS, the k candidate block ids of each question (retrieval only: cheap). A hybrid searcher is
+    asked once per k: its union depends on k (k=5 is what the reader reads), so the top 5 of its 20 are not its 5."""
+    per_k = {k: [] for k in KS}
+    for start in range(0, len(rows), batch_size):
+        questions = [row["question"] for row in rows[start : start + batch_size]]
+        inputs = tokenizer(questions, padding=True, truncation=True, max_length=model.config.searcher_seq_len,
+                           return_tensors="pt")  # fmt: skip
+        embeddings = model.embedder(**inputs).projected_score
+        if hasattr(searcher, "query_texts"):
+            with searcher.query_texts(tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)):
+                for k in KS:
+                    per_k[k] += searcher.search(embeddings, k).ids.tolist()
+        else:
+            ids = searcher.search(embeddings, max(KS)).ids.tolist()
+            for k in KS:
+                per_k[k] += [row[:k] for row in ids]
+    return per_k
+
+
+@torch.no_grad()
+def read(open_qa, searcher, rows: list[dict], batch_size: int) -> list[dict]:
+    """The best answer of each question, with its calibration features, read from `searcher`'s blocks."""
+    model, tokenizer = open_qa.model, open_qa.tokenizer
+    model.searcher = searcher
+    results = []
+    for start in range(0, len(rows), batch_size):
+        questions = [row["question"] for row in rows[start : start + batch_size]]
+        inputs = dict(tokenizer(questions, padding=True, truncation=True, max_length=model.config.searcher_seq_len,
+                                return_tensors="pt"))  # fmt: skip
+        outputs = open_qa.forward(inputs, top_k=1)
+        for index in range(len(questions)):
+            one = {key: value[index : index + 1] for key, value in outputs.items()}
+            answer = open_qa.postprocess(one, top_k=1)
+            results.append({"answer": answer["answer"], "evidence": answer["evidence"],
+                            "features": one["features"][0, 0].tolist()})  # fmt: skip
+    return results
+
+
+def recall(per_k: dict[int, list[list[int]]], rows: list[dict], block_texts) -> dict:
+    from realm_hf.evaluation.metrics import has_answer
+
+    metrics = {}
+    for k, ids in per_k.items():
+        hits = [float(any(has_answer(text, row["answers"]) for text in block_texts(row_ids)))
+                for row_ids, row in zip(ids, rows, strict=True) if row["answers"]]  # fmt: skip
+        if hits:
+            metrics[f"recall@{k}"] = sum(hits) / len(hits)
+    return metrics
+
+
+def score(results: list[dict], rows: list[dict]) -> dict:
+    from realm_hf.evaluation.metrics import exact_match, has_answer
+
+    pairs = [(result, row) for result, row in zip(results, rows, strict=True) if row["answers"]]
+    if not pairs:
+        return {}
+    return {"read": len(pairs),
+            "exact_match": sum(exact_match(result["answer"], row["answers"]) for result, row in pairs) / len(pairs),
+            "answer_in_top_evidence": sum(has_answer(result["evidence"], row["answers"]) for result, row in pairs)
+            / len(pairs)}  # fmt: skip
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=Path("models/realm-minilm-factbook"))
+    parser.add_argument("--questions", type=Path, default=Path("build/default_model/question_sources"))
+    parser.add_argument("--output", type=Path, default=Path("examples/results/default_model_sources.json"))
+    parser.add_argument("--max-per-source", type=int, default=300, help="dev questions per source for recall@k")
+    parser.add_argument(
+        "--max-read-per-source",
+        type=int,
+        default=40,
+        help="of those, the first N are read (EM, top evidence, calibration): reading is the slow part",
+    )
+    parser.add_argument("--max-test-per-source", type=int, default=25, help="test questions read per source")
+    parser.add_argument("--bm25-fraction", type=float, default=0.4)
+    parser.add_argument("--systems", nargs="+", default=["dense", "bm25", "hybrid"],
+                        choices=["dense", "bm25", "hybrid"])  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fit-calibration", action="store_true")
+    parser.add_argument("--max-correct-abstained", type=float, default=0.25)
+    parser.add_argument("--plot", type=Path, default=None, help="accuracy-coverage PNG (with --fit-calibration)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    torch.set_grad_enabled(False)
+
+    from transformers import pipeline
+
+    from realm_hf.data.question_sources import SOURCES
+    from realm_hf.default_model import load_open_qa
+    from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
+
+    model, retriever = load_open_qa(args.model)
+    counts = ensure_questions(args.questions, args.seed, retriever.tokenizer)
+    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
+    open_qa._cached_calibration = None  # features, not confidences, are read here: ignore any calibration.json
+    started = time.time()
+    hybrid = hybrid_searcher_for(model, bm25_fraction=args.bm25_fraction)
+    logger.info("BM25 over %d blocks in %.0f s", hybrid.num_blocks, time.time() - started)
+    searchers = {"dense": hybrid.dense, "hybrid": hybrid,
+                 "bm25": HybridSearcher(hybrid.dense, hybrid.bm25, bm25_fraction=1.0)}  # fmt: skip
+
+    def block_texts(ids):
+        return [retriever.block_records[block].decode("utf-8") for block in ids if block >= 0]
+
+    report = {"model": str(args.model), "question_counts": counts, "settings": vars(args) | {"ks": list(KS)},
+              "dev": {}, "test": {}}  # fmt: skip
+    report["settings"] = {
+        key: str(value) if isinstance(value, Path) else value for key, value in report["settings"].items()
+    }
+    dev_rows = {source: sample(read_jsonl(args.questions / f"{source}.dev.jsonl"), args.max_per_source, args.seed)
+                for source in SOURCES}  # fmt: skip
+    dense_results = {}
+    for source, rows in dev_rows.items():
+        report["dev"][source] = {}
+        for system in args.systems:
+            if source == "unanswerable" and system != "dense":
+                continue
+            started = time.time()
+            metrics = {"questions": len(rows)}
+            if source != "unanswerable":
+                metrics.update(recall(candidates(model, open_qa.tokenizer, searchers[system], rows, args.batch_size),
+                                      rows, block_texts))  # fmt: skip
+            # Unanswerable questions are few and matter most for abstention: twice as many are read.
+            read_rows = rows[: args.max_read_per_source * (2 if source == "unanswerable" else 1)]
+            results = read(open_qa, searchers[system], read_rows, args.batch_size)
+            metrics.update(score(results, read_rows))
+            metrics["seconds"] = round(time.time() - started, 1)
+            report["dev"][source][system] = metrics
+            if system == "dense":
+                dense_results[source] = results
+            logger.info("dev %s %s: %s", source, system, metrics)
+            _write(args.output, report)
+    model.searcher = hybrid.dense
+
+    if args.fit_calibration:
+        report["calibration"] = calibrate(args, open_qa, hybrid.dense, dev_rows, dense_results)
+        _write(args.output, report)
+    _write(args.output, report)
+
+
+def _correct(results, rows):
+    from realm_hf.evaluation.metrics import exact_match
+
+    return [bool(row["answers"]) and exact_match(result["answer"], row["answers"]) == 1.0
+            for result, row in zip(results, rows, strict=True)]  # fmt: skip
+
+
+def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
+    from realm_hf.data.question_sources import SOURCES
+    from realm_hf.evaluation.calibration import (
+        abstention_rates,
+        accuracy_coverage,
+        choose_threshold,
+        fit_calibration,
+    )
+
+    def gather(rows_by_source, results_by_source):
+        features, correct, answerable, sources = [], [], [], []
+        for source, rows in rows_by_source.items():
+            results = results_by_source[source]
+            rows = rows[: len(results)]
+            features += [result["features"] for result in results]
+            correct += _correct(results, rows)
+            answerable += [bool(row["answers"]) for row in rows]
+            sources += [source] * len(rows)
+        return torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources
+
+    features, correct, answerable, _ = gather(dev_rows, dev_results)
+    calibration = fit_calibration(features, correct)
+    confidences = calibration.confidence(features)
+    threshold, dev_rates = choose_threshold(confidences, correct, answerable, args.max_correct_abstained)
+    calibration.threshold = threshold
+    test_rows = {source: sample(read_jsonl(args.questions / f"{source}.test.jsonl"),
+                                args.max_test_per_source * (2 if source == "unanswerable" else 1), args.seed)
+                 for source in SOURCES}  # fmt: skip
+    test_results = {source: read(open_qa, searcher, rows, args.batch_size) for source, rows in test_rows.items()}
+    test_features, test_correct, test_answerable, test_sources = gather(test_rows, test_results)
+    test_confidences = calibration.confidence(test_features)
+    test_rates = abstention_rates(test_confidences, test_correct, test_answerable, threshold)
+    # Reliability: mean confidence vs share correct in five confidence bins, on test.
+    bins = []
+    for low in (0.0, 0.2, 0.4, 0.6, 0.8):
+        mask = (test_confidences >= low) & (test_confidences < low + 0.2 + (1e-9 if low == 0.8 else 0))
+        if bool(mask.any()):
+            bins.append({"bin": [low, round(low + 0.2, 1)], "answers": int(mask.sum()),
+                         "mean_confidence": float(test_confidences[mask].mean()),
+                         "share_correct": float(test_correct[mask].double().mean())})  # fmt: skip
+    by_source = {}
+    for source in SOURCES:
+        mask = torch.tensor([name == source for name in test_sources])
+        by_source[source] = abstention_rates(test_confidences[mask], test_correct[mask], test_answerable[mask],
+                                             threshold)  # fmt: skip
+    calibration.metadata = {
+        "fitted_on": "dev answers of the model's dense searcher, all question sources (unanswerable = wrong)",
+        "dev_examples": len(features), "dev_correct": int(correct.sum()), "max_correct_abstained":
+        args.max_correct_abstained, "dev": dev_rates, "test": test_rates,
+    }  # fmt: skip
+    calibration.save(args.model)
+    logger.info("calibration: threshold %.3f; dev %s; test %s", threshold, dev_rates, test_rates)
+    curves = {"dev": accuracy_coverage(confidences, correct), "test": accuracy_coverage(test_confidences, test_correct),
+              "dev_by_score": accuracy_coverage(features[:, 0], correct)}  # fmt: skip
+    if args.plot is not None:
+        plot(args.plot, curves, dev_rates, test_rates)
+    thin = {name: points[:: max(1, len(points) // 50)] + points[-1:] for name, points in curves.items()}
+    return {"calibration": calibration.to_dict(), "dev": dev_rates, "test": test_rates, "test_by_source": by_source,
+            "test_reliability": bins, "accuracy_coverage": thin}  # fmt: skip
+
+
+def plot(path: Path, curves: dict, dev_rates: dict, test_rates: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise SystemExit("the plot needs matplotlib: pip install 'realm_hf[plot]'") from error
+    figure, axis = plt.subplots(figsize=(6, 4), dpi=120)
+    for name, label in (("dev", "dev, calibrated confidence"), ("test", "test, calibrated confidence"),
+                        ("dev_by_score", "dev, raw span probability")):  # fmt: skip
+        coverage, accuracy = zip(*curves[name], strict=True)
+        axis.plot(coverage, accuracy, label=label, linestyle="--" if "raw" in label else "-")
+    axis.axvline(test_rates["coverage"], color="grey", linewidth=0.8, linestyle=":")
+    axis.annotate(f"threshold: {test_rates['unanswerable_abstained']:.0%} of unanswerable and\n"
+                  f"{test_rates['correct_abstained']:.0%} of correct answers abstained (test)",
+                  (test_rates["coverage"], 0.05), fontsize=7, ha="right")  # fmt: skip
+    axis.set_xlabel("coverage (share of questions answered, most confident first)")
+    axis.set_ylabel("accuracy (exact match) of the answered")
+    axis.set_ylim(0, 1)
+    axis.set_xlim(0, 1)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    axis.set_title("realm-minilm-factbook: accuracy vs coverage", fontsize=9)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def _write(path: Path, payload) -> None:
+    from realm_hf.atomic import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temporary:
+        Path(temporary).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

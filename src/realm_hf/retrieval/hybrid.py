@@ -1,0 +1,179 @@
+"""Hybrid candidates: BM25 and dense candidates in one union, scored by the model's own relevance.
+
+A [`HybridSearcher`] wraps a dense [`Searcher`] and a [`BM25Searcher`]. For `k` blocks it keeps the best
+`k - num_bm25` dense blocks and fills the rest with the best BM25 blocks not already in (then with further dense
+blocks if BM25 runs short), and scores every candidate by the model's relevance, the inner product of the question
+embedding with the block embedding from the dense index, as an exact search would have scored it. So REALM's
+marginalisation over the blocks read is unchanged: only which blocks are read changes, and BM25 can bring in a block
+the dense retriever ranks too low (numbers, rare names), while the reader still weighs it by the model's own score.
+
+It implements the [`Searcher`] interface (`search(query_embeddings, k)`, `embeddings(ids)`, `num_blocks`, `dim`), so
+any `RealmForOpenQA` can use it (`model.searcher = HybridSearcher(model.searcher, bm25)`). BM25 needs the question
+text, which an embedding does not carry: the caller names the questions of the next searches with the
+[`HybridSearcher.query_texts`] context manager (the "open-qa" pipeline does this by itself, from the question
+wordpieces). A search without texts raises a clear error rather than silently searching dense only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from transformers.utils import logging
+
+from .interfaces import Searcher, SearchResult, as_query_matrix
+
+logger = logging.get_logger(__name__)
+
+__all__ = ["HybridSearcher", "hybrid_searcher_for"]
+
+
+class HybridSearcher:
+    r"""
+    The union of dense and BM25 candidates, scored by question . block inner products from the dense index.
+
+    Args:
+        dense ([`Searcher`]): the model's searcher over its block embeddings (e.g. `ExactSearcher.from_index`).
+        bm25 ([`BM25Searcher`] or any object with `search_text(questions, k) -> SearchResult` and `num_blocks`): over the
+            same blocks, same ids.
+        bm25_fraction (`float`, *optional*, defaults to 0.4): share of the `k` slots given to BM25 candidates,
+            `round(k * bm25_fraction)` (so a single block is the dense one for fractions below 0.5); 0 is the dense
+            searcher alone, 1 BM25's candidates alone (still scored by the model).
+
+    Example:
+
+    ```python
+    >>> hybrid = HybridSearcher(ExactSearcher.from_index("index"), BM25Searcher.from_documents(store))
+    >>> with hybrid.query_texts(["what is the atomic number of argon?"]):
+    ...     scores, ids = hybrid.search(question_embeddings, k=5)  # 3 dense + 2 BM25 candidates, by q . block
+    ```
+    """
+
+    def __init__(self, dense: Searcher, bm25, bm25_fraction: float = 0.4):
+        if not 0.0 <= bm25_fraction <= 1.0:
+            raise ValueError(f"bm25_fraction must lie in [0, 1], received {bm25_fraction}")
+        if not hasattr(bm25, "search_text"):
+            raise TypeError(f"bm25 must search by text (search_text(questions, k)), received {type(bm25).__name__}")
+        if bm25.num_blocks != dense.num_blocks:
+            raise ValueError(
+                f"the BM25 index holds {bm25.num_blocks} blocks but the dense one {dense.num_blocks}: they must index "
+                "the same blocks with the same ids"
+            )
+        self.dense = dense
+        self.bm25 = bm25
+        self.bm25_fraction = float(bm25_fraction)
+        self.dim = dense.dim
+        self._texts: list[str] | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return self.dense.num_blocks
+
+    @contextlib.contextmanager
+    def query_texts(self, texts: Sequence[str]) -> Iterator[HybridSearcher]:
+        """The question texts of the searches made inside the block, one per query row, in order."""
+        if isinstance(texts, str):
+            raise TypeError("query_texts expects a sequence of questions, received one str; wrap it in a list")
+        previous, self._texts = self._texts, list(texts)
+        try:
+            yield self
+        finally:
+            self._texts = previous
+
+    def num_bm25(self, k: int) -> int:
+        """BM25 slots among `k`."""
+        return min(k, round(k * self.bm25_fraction))
+
+    def search(self, query_embeddings: torch.Tensor | np.ndarray, k: int) -> SearchResult:
+        """The `k` candidates per query, best first by inner product with the query (see the class docstring).
+
+        Raises:
+            ValueError: no question texts were given ([`query_texts`]) or not one per query.
+        """
+        if k < 1:
+            raise ValueError(f"k must be a positive number of blocks, got {k}.")
+        queries = as_query_matrix(query_embeddings, self.dim).detach().float()
+        num_bm25 = self.num_bm25(min(k, self.num_blocks))
+        if num_bm25 == 0:
+            return self.dense.search(queries, k)
+        if self._texts is None or len(self._texts) != queries.shape[0]:
+            received = "none" if self._texts is None else f"{len(self._texts)}"
+            raise ValueError(
+                f"HybridSearcher needs the question text of each of the {queries.shape[0]} queries for BM25, received "
+                f"{received}: search inside `with searcher.query_texts(questions):`"
+            )
+        k = min(k, self.num_blocks)
+        dense_ids = torch.as_tensor(self.dense.search(queries, k).ids).cpu()
+        bm25_ids = torch.as_tensor(self.bm25.search_text(self._texts, k).ids).cpu()
+        ids = torch.empty((queries.shape[0], k), dtype=torch.long)
+        for row in range(queries.shape[0]):
+            ids[row] = torch.tensor(_union(dense_ids[row].tolist(), bm25_ids[row].tolist(), k, num_bm25))
+        embeddings = torch.as_tensor(self.dense.embeddings(ids)).float().cpu()  # (Q, k, D)
+        scores = torch.einsum("qd,qkd->qk", queries.cpu(), embeddings)
+        # Best first; among equal scores the lower id (the SearchResult convention).
+        order = torch.from_numpy(np.lexsort((ids.numpy(), -scores.numpy()), axis=-1))
+        return SearchResult(scores=scores.gather(1, order), ids=ids.gather(1, order))
+
+    def embeddings(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+        return self.dense.embeddings(ids)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dense={self.dense!r}, bm25={self.bm25!r}, bm25_fraction={self.bm25_fraction})"
+
+
+def _union(dense: list[int], bm25: list[int], k: int, num_bm25: int) -> list[int]:
+    """The first `k - num_bm25` dense ids, then BM25 ids not yet taken (up to `num_bm25`), then further dense ids."""
+    chosen = [block for block in dense[: k - num_bm25] if block >= 0]
+    taken = set(chosen)
+    added = 0
+    for block in bm25:
+        if added == num_bm25:
+            break
+        if block >= 0 and block not in taken:
+            chosen.append(block)
+            taken.add(block)
+            added += 1
+    for block in dense[k - num_bm25 :] + bm25:
+        if len(chosen) == k:
+            break
+        if block >= 0 and block not in taken:
+            chosen.append(block)
+            taken.add(block)
+    return chosen
+
+
+def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None) -> HybridSearcher:
+    """A [`HybridSearcher`] for a loaded `RealmForOpenQA`: its searcher (or its in-model `block_emb`) plus BM25 over
+    its retriever's block texts (titles included, as the reader sees them). Set it with `model.searcher = ...`.
+
+    Args:
+        model: a `RealmForOpenQA` with a retriever.
+        bm25_fraction (`float`, *optional*, defaults to 0.4): see [`HybridSearcher`].
+        bm25 (*optional*): a ready BM25 searcher over the same blocks; built (seconds for 50k blocks) if not given.
+    """
+    from .torch_search import ExactSearcher
+
+    dense = model.searcher
+    if isinstance(dense, HybridSearcher):
+        dense = dense.dense
+    if dense is None:
+        block_emb = getattr(model, "block_emb", None)
+        if block_emb is None or block_emb.numel() == 0:
+            raise ValueError("the model has neither a searcher nor block embeddings to search")
+        dense = ExactSearcher(block_emb.detach().float())
+    if bm25 is None:
+        from .bm25 import BM25Searcher
+
+        records = model.retriever.block_records
+        store = getattr(records, "store", None)
+        if store is not None and hasattr(store, "block_texts"):
+            bm25 = BM25Searcher.from_documents(store)
+        else:
+            bm25 = BM25Searcher.from_documents([_text(records[index]) for index in range(len(records))])
+    return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction)
+
+
+def _text(record) -> str:
+    return record.decode("utf-8") if isinstance(record, bytes) else str(record)
