@@ -28,10 +28,12 @@ from transformers.models.bert.modeling_bert import (
 )
 from transformers.utils import ModelOutput, logging
 
-from .checkpoint_files import HUB_KWARGS, describe_damaged_weights, find_weight_files
 from .configuration_realm import RealmConfig
 
 logger = logging.get_logger(__name__)
+
+# The `from_pretrained` keyword arguments that say where files come from on the Hub.
+_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 
 
 
@@ -182,6 +184,11 @@ class RealmPreTrainedModel(PreTrainedModel):
             # 4.x left block_emb as uninitialised memory when a checkpoint lacked it; zeros make that state explicit.
             init.zeros_(module.block_emb)
 
+    # What needs file or Hub I/O, which modeling/ does not do (it also runs as Hub remote code without realm_hf):
+    # `realm_hf.register()` fills these. "explain_load_failure": `(name_or_path, subfolder, revision) -> str | None`
+    # names a damaged weights file; "push_to_hub": `(model, repo_id, **kwargs)` uploads with realm_hf's model card.
+    _realm_hf_hooks: dict = {}
+
     # Architectures whose checkpoints hold this model under a prefix, e.g. the embedder of a RealmForOpenQA checkpoint.
     _prefix_in_checkpoints_of: dict[str, str] = {}
 
@@ -193,7 +200,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         if cls._prefix_in_checkpoints_of and pretrained_model_name_or_path is not None and "key_mapping" not in kwargs:
             config = kwargs.get("config")
             if not isinstance(config, PreTrainedConfig):
-                hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+                hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
                 config = RealmConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
             architecture = (config.architectures or [None])[0]
             prefix = cls._prefix_in_checkpoints_of.get(architecture)
@@ -203,27 +210,23 @@ class RealmPreTrainedModel(PreTrainedModel):
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as error:
-            if pretrained_model_name_or_path is None:
+            explain = RealmPreTrainedModel._realm_hf_hooks.get("explain_load_failure")
+            if pretrained_model_name_or_path is None or explain is None:
                 raise
-            files = find_weight_files(
-                pretrained_model_name_or_path, kwargs.get("subfolder", ""), kwargs.get("revision")
-            )
-            for path in files:
-                problem = describe_damaged_weights(path)
-                if problem is not None:
-                    raise ValueError(problem) from error
+            problem = explain(pretrained_model_name_or_path, kwargs.get("subfolder", ""), kwargs.get("revision"))
+            if problem is not None:
+                raise ValueError(problem) from error
             raise
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """`PreTrainedModel.push_to_hub` (same arguments, plus `model_card=`), uploading realm_hf's model card
         (`library_name: realm_hf`, usage for this class) instead of the generic card Transformers writes; a card
-        already in the repo is kept. See `realm_hf.hub.push_model_to_hub`."""
-        try:
-            # The card and upload code lives outside modeling; imported only when a push happens.
-            from realm_hf.hub import push_model_to_hub
-        except ImportError:  # this file used as Hub remote code, without realm_hf installed
+        already in the repo is kept. See `realm_hf.hub.push_model_to_hub` (set by `realm_hf.register()`; without
+        realm_hf, e.g. as Hub remote code, Transformers' own push)."""
+        push = RealmPreTrainedModel._realm_hf_hooks.get("push_to_hub")
+        if push is None:
             return super().push_to_hub(repo_id, **kwargs)
-        return push_model_to_hub(self, repo_id, **kwargs)
+        return push(self, repo_id, **kwargs)
 
     def _return(self, output: ModelOutput, return_dict: bool | None):
         return_dict = return_dict if return_dict is not None else self.config.return_dict

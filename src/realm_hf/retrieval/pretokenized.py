@@ -20,9 +20,7 @@ Known differences from `RealmRetriever` (both are equal on everything else; see 
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +28,7 @@ import numpy as np
 from transformers import BatchEncoding
 from transformers.utils import logging
 
-from ..atomic import atomic_path
-from .block_records import read_ragged_layout
+from ..safetensors_format import RaggedWriter, read_ragged_header
 from .retriever import checked_block_ids
 
 logger = logging.get_logger(__name__)
@@ -41,8 +38,6 @@ __all__ = ["PRETOKENIZED_FORMAT", "PreTokenizedBlocks", "PreTokenizedRetriever",
 PRETOKENIZED_FORMAT = "realm_hf.pretokenized_blocks"
 PRETOKENIZED_FORMAT_VERSION = "1"
 
-# Any int64 count prints in at most this many digits: reserve header room before the sizes are known.
-_HEADER_PLACEHOLDER = 10**19 - 1
 _VERIFY_CHUNK = 1 << 20
 # `max_length=None` means the tokenizer's `model_max_length`, often 1e30 ("no limit"): keep the arithmetic in int64.
 _NO_LIMIT = 1 << 40
@@ -50,21 +45,6 @@ _NO_LIMIT = 1 << 40
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the file
-
-
-def _header(num_blocks: int, num_tokens: int, metadata: dict[str, str]) -> bytes:
-    offsets_nbytes = 8 * (num_blocks + 1)
-    header = {
-        "__metadata__": metadata,
-        # `offsets` first so that both tensors stay aligned (the header is padded to a multiple of 8).
-        "offsets": {"dtype": "I64", "shape": [num_blocks + 1], "data_offsets": [0, offsets_nbytes]},
-        "token_ids": {
-            "dtype": "I32",
-            "shape": [num_tokens],
-            "data_offsets": [offsets_nbytes, offsets_nbytes + 4 * num_tokens],
-        },
-    }
-    return json.dumps(header, separators=(",", ":")).encode("utf-8")
 
 
 def _text_batches(texts_or_store: Any, batch_size: int):
@@ -119,41 +99,25 @@ def tokenize_corpus(
         "vocab_size": str(len(tokenizer)),
         "tokenizer_name": str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__),
     }
-    reserved = len(_header(num_blocks, _HEADER_PLACEHOLDER, metadata))
-    reserved += -(8 + reserved) % 8
-    offsets_nbytes = 8 * (num_blocks + 1)
-    offsets = np.zeros(num_blocks + 1, dtype="<i8")
-
     output_path = Path(output_path)
-    with atomic_path(output_path) as temporary, open(temporary, "wb") as writer:
-        writer.seek(8 + reserved + offsets_nbytes)
-        count = 0
-        with tqdm(total=num_blocks, desc="Tokenizing blocks", unit="block") as progress:
-            for texts in _text_batches(texts_or_store, batch_size):
-                if count + len(texts) > num_blocks:
-                    raise ValueError(f"expected {num_blocks} blocks (len(texts_or_store)), received more")
-                encoded = tokenizer(
-                    texts,
-                    add_special_tokens=False,
-                    truncation=True,
-                    max_length=max_block_length,
-                    return_attention_mask=False,
-                    return_token_type_ids=False,
-                )["input_ids"]
-                lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-                np.cumsum(lengths, out=offsets[count + 1 : count + 1 + len(encoded)])
-                offsets[count + 1 : count + 1 + len(encoded)] += offsets[count]
-                writer.write(np.fromiter(itertools.chain.from_iterable(encoded), dtype="<i4").tobytes())
-                count += len(encoded)
-                progress.update(len(encoded))
-        if count != num_blocks:
-            raise ValueError(f"expected {num_blocks} blocks (len(texts_or_store)), received {count}")
-        writer.seek(8 + reserved)
-        writer.write(offsets.tobytes())
-        writer.seek(0)
-        writer.write(struct.pack("<Q", reserved))
-        writer.write(_header(num_blocks, int(offsets[-1]), metadata).ljust(reserved, b" "))
-    logger.info(f"Tokenized {num_blocks} blocks ({int(offsets[-1])} wordpieces) into {output_path}")
+    with (
+        RaggedWriter(output_path, count=num_blocks, metadata=metadata, data_name="token_ids", data_dtype="I32",
+                     description="blocks (len(texts_or_store))") as writer,
+        tqdm(total=num_blocks, desc="Tokenizing blocks", unit="block") as progress,
+    ):  # fmt: skip
+        for texts in _text_batches(texts_or_store, batch_size):
+            encoded = tokenizer(
+                texts,
+                add_special_tokens=False,
+                truncation=True,
+                max_length=max_block_length,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
+            writer.write(encoded)
+            progress.update(len(encoded))
+    num_tokens = writer.total
+    logger.info(f"Tokenized {num_blocks} blocks ({num_tokens} wordpieces) into {output_path}")
     return output_path
 
 
@@ -200,7 +164,7 @@ class PreTokenizedBlocks:
         """Memory-map a file written by [`tokenize_corpus`]; raises `ValueError` if it is truncated or corrupt."""
         path = Path(path)
         with open(path, "rb") as reader:
-            data_start, header = read_ragged_layout(
+            data_start, header = read_ragged_header(
                 reader, path.stat().st_size, path.name, file_format=PRETOKENIZED_FORMAT,
                 version=PRETOKENIZED_FORMAT_VERSION, description="pre-tokenized blocks",
                 tensors=(("offsets", "I64", 8), ("token_ids", "I32", 4)), count_key="num_blocks",
