@@ -21,6 +21,7 @@ from .modeling import (
     RealmTokenizer,
     RealmTokenizerFast,
 )
+from .loading import load_open_qa
 from .pipelines import OpenQAPipeline
 from .registration import AutoModelForOpenQA, register
 from .retrieval import RealmRetriever
@@ -49,5 +50,6 @@ __all__ = [
     "RetroForCausalLM",
     "RetroModel",
     "__version__",
+    "load_open_qa",
     "register",
 ]
