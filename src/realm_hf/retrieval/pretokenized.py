@@ -432,9 +432,10 @@ class PreTokenizedRetriever:
         encoding = {key: torch.from_numpy(value).view(batch_size, read, -1) for key, value in rows["encoding"].items()}
         num_read = read if num_read is None else min(num_read, read)
         concat_inputs = {key: value[:, :num_read] for key, value in encoding.items()}
-        seq_len = int(concat_inputs["attention_mask"].flatten(0, 1).bool().any(0).nonzero().max()) + 1 if (
-            concat_inputs["attention_mask"].any()) else 0  # fmt: skip
         if self.tokenizer.padding_side != "left":
+            # The rows were padded to the longest of all K; the R read may need fewer columns.
+            used = concat_inputs["attention_mask"].flatten(0, 1).bool().any(0).nonzero()
+            seq_len = int(used.max()) + 1 if used.numel() else 0
             concat_inputs = {key: value[..., :seq_len] for key, value in concat_inputs.items()}
         if not with_answers:
             return ReaderInputs(None, None, None, concat_inputs)
