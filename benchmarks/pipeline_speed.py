@@ -139,8 +139,11 @@ def run_baseline(rev: str, args, questions: list[str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(REPO_ROOT / "models" / "realm-minilm-factbook"),
-                        help="a model directory, or 'demo' for the built-in tiny demo model (default: the default model)")
+    parser.add_argument(
+        "--model",
+        default=str(REPO_ROOT / "models" / "realm-minilm-factbook"),
+        help="a model directory, or 'demo' for the built-in tiny demo model (default: the default model)",
+    )
     parser.add_argument("--num-questions", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)

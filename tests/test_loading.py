@@ -122,7 +122,9 @@ def test_the_4x_retriever_is_one_flag_away_and_answers_alike(demo_dir):
     # difference of the pre-tokenized path, which reads the question as the question encoder saw it).
     questions = QUESTIONS[:4]
     expected = _answers(pipeline("open-qa", model=str(demo_dir), device="cpu"), questions)
-    _assert_same(_answers(pipeline("open-qa", model=model, retriever=found.retriever, device="cpu"), questions), expected)
+    _assert_same(
+        _answers(pipeline("open-qa", model=model, retriever=found.retriever, device="cpu"), questions), expected
+    )
 
 
 @pytest.mark.slow

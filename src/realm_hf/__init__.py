@@ -6,6 +6,7 @@ no other side effect.
 
 __version__ = "0.1.0"
 
+from .loading import load_open_qa
 from .modeling import (
     RealmConfig,
     RealmEmbedder,
@@ -21,7 +22,6 @@ from .modeling import (
     RealmTokenizer,
     RealmTokenizerFast,
 )
-from .loading import load_open_qa
 from .pipelines import OpenQAPipeline
 from .registration import AutoModelForOpenQA, register
 from .retrieval import RealmRetriever

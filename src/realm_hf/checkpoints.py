@@ -57,7 +57,9 @@ def describe_damaged_weights(path: Path) -> str | None:
     return None
 
 
-def explain_load_failure(name_or_path: str | os.PathLike, subfolder: str = "", revision: str | None = None) -> str | None:
+def explain_load_failure(
+    name_or_path: str | os.PathLike, subfolder: str = "", revision: str | None = None
+) -> str | None:
     """Why loading weights from `name_or_path` failed, when a damaged weights file explains it; else `None`."""
     for path in find_weight_files(name_or_path, subfolder, revision):
         problem = describe_damaged_weights(path)

@@ -72,8 +72,11 @@ def _hub_index(repo_id: str, hub_kwargs: dict) -> Path | None:
         hf_hub_download(repo_id, INDEX_MANIFEST, subfolder=prefix, **options)
     except (EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError, OSError):
         return None
-    allowed = {key: value for key, value in options.items() if key in ("cache_dir", "revision", "token",
-                                                                      "local_files_only", "force_download")}
+    allowed = {
+        key: value
+        for key, value in options.items()
+        if key in ("cache_dir", "revision", "token", "local_files_only", "force_download")
+    }
     snapshot = snapshot_download(repo_id, allow_patterns=[f"{prefix}/*", f"{prefix}/{DOCUMENTS_DIR}/*"], **allowed)
     return Path(snapshot) / prefix
 
@@ -246,7 +249,9 @@ def load_open_qa(
     return model.eval(), retriever
 
 
-def save_open_qa(model: RealmForOpenQA, retriever, save_directory: str | os.PathLike, tokenizer=None, **kwargs) -> None:
+def save_open_qa(
+    model: RealmForOpenQA, retriever, save_directory: str | os.PathLike, tokenizer=None, **kwargs
+) -> None:
     """Writes a model with what it searches and reads so that [`load_open_qa`] (and `pipeline("open-qa")`) loads
     it back identically: the model (`kwargs` go to its `save_pretrained`), the tokenizer, the documents
     (`documents/` when they come from a `DocumentStore`, which keeps titles; else `block_records.safetensors`) and,

@@ -38,7 +38,9 @@ def read_header(fp: io.BufferedIOBase, file_size: int, source_name: str) -> tupl
     header length, the header runs past the file or is not a JSON object.
     """
     if file_size < 8:
-        raise ValueError(f"{source_name} is truncated: expected at least 8 bytes (header length), received {file_size}")
+        raise ValueError(
+            f"{source_name} is truncated: expected at least 8 bytes (header length), received {file_size}"
+        )
     (header_nbytes,) = struct.unpack("<Q", fp.read(8))
     if header_nbytes > min(MAX_HEADER_BYTES, file_size - 8):
         raise ValueError(
@@ -65,7 +67,9 @@ def read_file_header(path: str | os.PathLike) -> tuple[int, dict[str, Any], int]
 
 def data_end(header: dict[str, Any]) -> int:
     """End of the data section the header describes (relative to the data start)."""
-    ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__" and isinstance(entry, dict)]
+    ends = [
+        entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__" and isinstance(entry, dict)
+    ]
     return max(ends, default=0)
 
 

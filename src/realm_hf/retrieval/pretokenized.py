@@ -20,8 +20,8 @@ Known differences from `RealmRetriever` (both are equal on everything else; see 
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
