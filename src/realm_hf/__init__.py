@@ -6,6 +6,7 @@ no other side effect.
 
 __version__ = "0.1.0"
 
+from .loading import load_open_qa
 from .modeling import (
     RealmConfig,
     RealmEmbedder,
@@ -49,5 +50,6 @@ __all__ = [
     "RetroForCausalLM",
     "RetroModel",
     "__version__",
+    "load_open_qa",
     "register",
 ]

@@ -6,24 +6,16 @@ ICT-warm-started MiniLM retriever and a MiniLM reader fine-tuned on factbook que
 model (fp16 safetensors), the tokenizer, `index/` (fp16 block embeddings) and `corpus.json`, which names how to
 rebuild the corpus from the installed packages (the text is not shipped) and its fingerprint.
 
-[`load_open_qa`] loads any of these layouts:
-
-- a `save_pretrained` directory (or Hub repo id) with `block_emb` and block records, as 4.x wrote them;
-- a directory with `index/` and `documents/` (a `DocumentStore`);
-- a directory with `index/` and `corpus.json` naming a corpus builder (the default model).
+`load_open_qa` (from `realm_hf.loading`, the one loader behind the pipeline and the CLI) loads it and every other
+layout: see docs/loading.md.
 """
 
-import json
 import os
 from pathlib import Path
 
-import torch
-
-from .modeling import RealmForOpenQA, RealmTokenizer
+from .loading import CORPUS_BUILDERS, CORPUS_FILE, INDEX_DIR, load_open_qa
 
 DEFAULT_MODEL_NAME = "realm-minilm-factbook"
-INDEX_DIR = "index"
-CORPUS_FILE = "corpus.json"
 # Several topics (countries, literature, chemistry, world geography), each answered right by realm-minilm-factbook
 # (checked on the shipped model; docs/default-model.md).
 DEFAULT_QUESTIONS = [
@@ -33,8 +25,6 @@ DEFAULT_QUESTIONS = [
     "What is the currency of Japan?",
     "What is the highest mountain on Earth?",
 ]
-# Corpus builders a corpus.json may name; nothing else is imported from it.
-CORPUS_BUILDERS = {"realm_hf.data.corpora.build_offline_corpus"}
 
 
 def realm_hf_home() -> Path:
@@ -86,44 +76,14 @@ def offline_corpus_store(cache_dir: str | os.PathLike | None = None, expected: d
     return store
 
 
-def _documents_from_corpus_file(path: Path):
-    spec = json.loads(path.read_text(encoding="utf-8"))
-    builder = spec.get("builder")
-    if builder not in CORPUS_BUILDERS:
-        raise ValueError(f"{path}: expected a builder among {sorted(CORPUS_BUILDERS)}, received {builder!r}.")
-    return offline_corpus_store(expected=spec)
-
-
-def load_open_qa(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.float32):
-    r"""
-    Loads a `RealmForOpenQA` with what it retrieves from: `(model, retriever)`, ready for `pipeline("open-qa")`.
-
-    Args:
-        name_or_path (`str` or `os.PathLike`): a directory (any layout in this module's docstring) or a Hub repo id.
-        dtype (`torch.dtype`, defaults to float32): weights are cast to it (the default model ships fp16 weights; fp16
-            matrix products are slow on CPUs).
-    """
-    from .retrieval import ExactSearcher, RealmRetriever
-
-    directory = Path(name_or_path)
-    index = directory / INDEX_DIR
-    if not (index / "index.json").is_file():
-        retriever = RealmRetriever.from_pretrained(name_or_path)
-        return RealmForOpenQA.from_pretrained(name_or_path, retriever=retriever, dtype=dtype), retriever
-    if (directory / CORPUS_FILE).is_file():
-        store = _documents_from_corpus_file(directory / CORPUS_FILE)
-    elif (index / "documents").is_dir() or (directory / "documents").is_dir():
-        from .retrieval.document_store import DocumentStore
-
-        store = DocumentStore.load(index / "documents" if (index / "documents").is_dir() else directory / "documents")
-    else:
-        raise ValueError(
-            f"{directory} has an index/ but no corpus: expected index/documents/, documents/ or {CORPUS_FILE}."
-        )
-    retriever = RealmRetriever(block_records=store.as_block_records(), tokenizer=RealmTokenizer.from_pretrained(directory))
-    searcher = ExactSearcher.from_index(index)
-    model = RealmForOpenQA.from_pretrained(directory, retriever=retriever, searcher=searcher, dtype=dtype)
-    return model.eval(), retriever
-
-
-__all__ = ["DEFAULT_MODEL_NAME", "DEFAULT_QUESTIONS", "default_model_dir", "load_open_qa", "offline_corpus_store", "realm_hf_home"]
+__all__ = [
+    "CORPUS_BUILDERS",
+    "CORPUS_FILE",
+    "DEFAULT_MODEL_NAME",
+    "DEFAULT_QUESTIONS",
+    "INDEX_DIR",
+    "default_model_dir",
+    "load_open_qa",
+    "offline_corpus_store",
+    "realm_hf_home",
+]

@@ -7,7 +7,9 @@ from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAuto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from .checkpoints import explain_load_failure
 from .modeling import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmKnowledgeAugEncoder, RealmTokenizer
+from .modeling.modeling_realm import RealmPreTrainedModel
 from .pipelines import OpenQAPipeline
 from .retro import RetroConfig, RetroForCausalLM, RetroModel
 
@@ -24,10 +26,21 @@ AutoModelForOpenQA = auto_class_update(
 )
 
 
+def _push_model_to_hub(model, repo_id: str, **kwargs):
+    # The card and upload code (hub.py) is imported only when a push happens.
+    from .hub import push_model_to_hub
+
+    return push_model_to_hub(model, repo_id, **kwargs)
+
+
 def register() -> None:
     """Registers the REALM classes with `AutoConfig`, `AutoTokenizer`, `AutoModel` (the embedder),
     `AutoModelForMaskedLM` (the knowledge-augmented encoder) and `AutoModelForOpenQA`, and the "open-qa" pipeline
-    task (`OpenQAPipeline`). Safe to call repeatedly."""
+    task (`OpenQAPipeline`), and gives the REALM models the file and Hub I/O modeling/ leaves out (naming a damaged
+    weights file; `push_to_hub` with realm_hf's model card). Safe to call repeatedly."""
+    RealmPreTrainedModel._realm_hf_hooks.update(
+        explain_load_failure=explain_load_failure, push_to_hub=_push_model_to_hub
+    )
     AutoConfig.register(RealmConfig.model_type, RealmConfig, exist_ok=True)
     AutoTokenizer.register(RealmConfig, tokenizer_class=RealmTokenizer, exist_ok=True)
     AutoModel.register(RealmConfig, RealmEmbedder, exist_ok=True)

@@ -309,7 +309,11 @@ def test_damaged_safetensors_file_is_named_with_sizes(tmp_path, damage):
     path = tmp_path / "model.safetensors"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"garbage" * 10)
-    expected = r"header describes \d+ bytes, found \d+" if damage == "truncate" else r"header claims \d+ bytes"
+    expected = (
+        r"truncated: expected \d+ bytes from its header, received \d+"
+        if damage == "truncate"
+        else r"expected a safetensors header of \d+ bytes"
+    )
     with pytest.raises(ValueError, match=f"model.safetensors is .*{expected}"):
         RealmReader.from_pretrained(tmp_path)
 

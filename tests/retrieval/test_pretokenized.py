@@ -170,3 +170,78 @@ def test_open_qa_gives_the_same_losses_and_answers(setup):
     assert torch.equal(expected.retrieved_block_ids, received.retrieved_block_ids)
     for left, right in zip(expected.predicted_answer_ids, received.predicted_answer_ids):
         assert torch.equal(left, right)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the batched contract, blocks tokenized on first retrieval, left truncation
+
+
+def _batch(tokenizer, seed: int = 0):
+    questions = tokenizer(QUESTIONS, padding=True, return_tensors="pt")
+    block_ids = torch.as_tensor(np.random.default_rng(seed).permutation(30)[:24].reshape(4, 6))  # (B=4, K=6)
+    answers = [_answer_ids(tokenizer, answer) for answer in ANSWERS]
+    return block_ids, questions.input_ids, answers
+
+
+@pytest.mark.parametrize("with_answers", [True, False])
+@pytest.mark.parametrize("num_read", [None, 3])
+def test_batched_retrieve_equals_realm_retriever(setup, with_answers, num_read):
+    from realm_hf.retrieval import ReaderInputs, Retriever
+
+    tokenizer, _, _, retriever, reference = setup
+    block_ids, questions, answers = _batch(tokenizer)
+    answers = answers if with_answers else None
+    assert isinstance(retriever, Retriever) and isinstance(reference, Retriever)
+    expected = reference.retrieve(block_ids, questions, answers, max_length=14, num_read=num_read)
+    received = retriever.retrieve(block_ids, questions, answers, max_length=14, num_read=num_read)
+    assert isinstance(received, ReaderInputs) and isinstance(received, tuple)
+    read = 6 if num_read is None else num_read
+    assert received.concat_inputs["input_ids"].shape[:2] == (4, read)
+    for key in expected.concat_inputs:
+        assert torch.equal(expected.concat_inputs[key], received.concat_inputs[key]), key
+    if with_answers:
+        assert received.has_answers.shape == (4, 6) and torch.equal(expected.has_answers, received.has_answers)
+        assert bool(received.has_answers.any())
+        assert torch.equal(expected.start_pos, received.start_pos) and torch.equal(expected.end_pos, received.end_pos)
+    else:
+        assert received[:3] == (None, None, None)
+
+
+def test_blocks_tokenized_on_first_retrieval_equal_the_file(setup):
+    from realm_hf.retrieval import TokenizedBlockCache
+
+    tokenizer, texts, _, retriever, reference = setup
+    lazy = PreTokenizedRetriever.from_block_records(reference.block_records, tokenizer)
+    block_ids, questions, answers = _batch(tokenizer, seed=1)
+    expected = retriever.retrieve(block_ids, questions, answers, max_length=320)
+    received = lazy.retrieve(block_ids, questions, answers, max_length=320)
+    for key in expected.concat_inputs:
+        assert torch.equal(expected.concat_inputs[key], received.concat_inputs[key]), key
+    assert torch.equal(expected.start_pos, received.start_pos)
+    # The offsets of that one tokenization locate every wordpiece in the text.
+    assert isinstance(lazy.blocks, TokenizedBlockCache)
+    for block_id in block_ids.reshape(-1).tolist():
+        text, offsets = lazy.block_offsets(block_id)
+        pieces = tokenizer.convert_ids_to_tokens(retriever.blocks[block_id].tolist())
+        assert text == texts[block_id] and len(offsets) == len(pieces)
+        for piece, (start, end) in zip(pieces, offsets.tolist(), strict=True):
+            assert text[start:end] == piece.removeprefix("##") or piece == "[UNK]"
+    small = TokenizedBlockCache(reference.block_records, tokenizer, max_blocks=4)
+    small.ragged(np.arange(10))
+    assert len(small._cache) == 4  # least recently used blocks leave
+
+
+def test_left_truncation_keeps_the_last_wordpieces(setup):
+    import copy
+
+    tokenizer, texts, _, retriever, reference = setup
+    left = copy.deepcopy(tokenizer)
+    left.truncation_side = "left"
+    question = left([QUESTIONS[2]], return_tensors="pt")
+    answers = _answer_ids(tokenizer, ANSWERS[2])
+    block_ids = np.arange(len(texts))
+    for max_length in (6, 9, 12):
+        _assert_same(
+            RealmRetriever(reference.block_records, left)(block_ids, question.input_ids, answers, max_length=max_length),
+            PreTokenizedRetriever(retriever.blocks, left)(block_ids, question.input_ids, answers, max_length=max_length),
+        )

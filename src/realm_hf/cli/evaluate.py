@@ -70,9 +70,10 @@ def cmd_evaluate(args) -> int:
         print(f"realm-hf evaluate: could not read {args.data!r}: {error}", file=sys.stderr)
         return 1
     try:
-        system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size)
+        system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size, index=args.index)
     except (OSError, ValueError) as error:
-        print(f"realm-hf evaluate: could not load a REALM open-QA model from {args.model!r}: {error}", file=sys.stderr)
+        source = args.model or "the default model"
+        print(f"realm-hf evaluate: could not load a REALM open-QA model from {source!r}: {error}", file=sys.stderr)
         return 1
     evaluator = OpenQAEvaluator(questions, answers, relations=relations, ks=args.k, is_regex=args.regex,
                                 batch_size=args.batch_size)  # fmt: skip
@@ -89,8 +90,10 @@ def add_parser(subparsers) -> None:
         "evaluate", help="exact match, F1, reader oracle and recall@k on a JSONL question set", description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    evaluate.add_argument("--model", required=True, help="directory or Hub repo id of a RealmForOpenQA model with its "
-                                                         "block records and tokenizer")  # fmt: skip
+    evaluate.add_argument("--model", help="directory or Hub repo id of a RealmForOpenQA model with its documents and "
+                                          "tokenizer (default: the default model)")  # fmt: skip
+    evaluate.add_argument("--index", help="an index directory (realm-hf index build) to search and read instead of "
+                                          "the model's own")  # fmt: skip
     evaluate.add_argument("--data", required=True, help="JSONL file of questions with answers")
     evaluate.add_argument("--k", type=_parse_ks, default=[1, 5, 20, 100],
                           help="recall@k cut-offs, comma-separated (default: 1,5,20,100)")  # fmt: skip

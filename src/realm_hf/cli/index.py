@@ -10,6 +10,8 @@ HELP = """\
 An index directory holds the block embeddings (index.json + safetensors shards) and, under documents/, the corpus
 they were computed from. Block ids are stable: adding documents appends ids and never renumbers.
 
+  realm-hf index build --corpus docs.jsonl --output my-index      # the default model's embedder
+  realm-hf ask --index my-index "a question about docs.jsonl"    # ... and its reader
   realm-hf index build --model google/realm-orqa-nq-openqa --corpus docs.jsonl --output my-index
   realm-hf index add   --index my-index --model google/realm-orqa-nq-openqa --corpus new-docs.jsonl
   realm-hf index eval  --index my-index --factory "IVF1024,PQ16" --nprobe 32
@@ -36,11 +38,25 @@ def open_corpus(path: str):
     return DocumentStore.from_file(location)
 
 
-def _load_embedder(model: str):
+def _default_model(model: str | None) -> str:
+    """`--model`, else the default model (whose embedder `realm-hf ask --index` then pairs with its reader)."""
+    if model is not None:
+        return model
+    from realm_hf.default_model import default_model_dir
+
+    directory = default_model_dir()
+    if directory is None:
+        raise SystemExit("realm-hf index: no --model given and the default model is not installed "
+                         "(models/realm-minilm-factbook or $REALM_HF_DEFAULT_MODEL): pass --model.")  # fmt: skip
+    return str(directory)
+
+
+def _load_embedder(model: str | None):
     from transformers import AutoTokenizer
 
     from realm_hf import RealmEmbedder
 
+    model = _default_model(model)
     return RealmEmbedder.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
 
 
@@ -50,7 +66,8 @@ def cmd_build(args) -> int:
 
     state = process_state()
     output = Path(args.output)
-    embedder, tokenizer = _load_embedder(args.model)
+    model_name = _default_model(args.model)
+    embedder, tokenizer = _load_embedder(model_name)
     store = open_corpus(args.corpus)
     if state.is_main_process and not (output / DOCUMENTS_DIR).is_dir():
         output.mkdir(parents=True, exist_ok=True)
@@ -59,7 +76,7 @@ def cmd_build(args) -> int:
     manifest = build_index(
         embedder, tokenizer, store, output, shard_size=args.shard_size, batch_size=args.batch_size,
         max_length=args.max_length, progress=not args.quiet,
-        provenance={"model": args.model, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint()},
+        provenance={"model": model_name, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint()},
     )  # fmt: skip
     if state.is_main_process:
         print(f"indexed {manifest['num_blocks']} blocks ({manifest['dim']}-d) in {len(manifest['shards'])} shards "
@@ -141,7 +158,8 @@ def add_parser(subparsers) -> None:
     commands = index.add_subparsers(dest="index_command", metavar="SUBCOMMAND", required=True)
 
     build = commands.add_parser("build", help="embed a corpus into a new index (resumable, data-parallel)")
-    build.add_argument("--model", required=True, help="REALM embedder or open-QA checkpoint (directory or repo id)")
+    build.add_argument("--model", help="REALM embedder or open-QA checkpoint (directory or repo id); default: the "
+                                       "default model")  # fmt: skip
     build.add_argument("--corpus", required=True, help="JSONL/CSV/TSV/Parquet with text[,title], block_records.npy/"
                                                         ".safetensors, or a saved document store")  # fmt: skip
     build.add_argument("--output", required=True, help="index directory (resumes if it holds a partial build)")
@@ -153,7 +171,7 @@ def add_parser(subparsers) -> None:
 
     add = commands.add_parser("add", help="embed new documents and append them (existing ids never change)")
     add.add_argument("--index", required=True, help="an index directory made by `index build`")
-    add.add_argument("--model", required=True, help="the model the index was built with")
+    add.add_argument("--model", help="the model the index was built with (default: the default model)")
     add.add_argument("--corpus", required=True, help="the NEW documents (same formats as build)")
     add.add_argument("--batch-size", type=int, default=64)
     add.add_argument("--quiet", action="store_true")

@@ -27,13 +27,14 @@ examples:
   realm-hf ask --model google/realm-orqa-nq-openqa --json "who wrote hamlet?"
   realm-hf ask --top-k 3 "Who was a pioneer of computer science?"
   echo "who wrote hamlet?" | realm-hf ask --model ./my-realm
+  realm-hf index build --corpus my.jsonl --output my-index && realm-hf ask --index my-index "..."
 """
 
 
-def _load(model_path: str):
-    from realm_hf.default_model import load_open_qa
+def _load(model_path: str, index: str | None = None):
+    from realm_hf.loading import load_open_qa
 
-    return load_open_qa(model_path)
+    return load_open_qa(model_path, index)
 
 
 def answer_questions(
@@ -149,7 +150,7 @@ def cmd_ask(args) -> int:
             print(f"(no --model given and no default model installed: using the untrained demo model in {model_path})",
                   file=sys.stderr)  # fmt: skip
     try:
-        model, retriever = _load(model_path)
+        model, retriever = _load(model_path, args.index)
     except (OSError, ValueError) as error:
         print(f"realm-hf ask: could not load a REALM open-QA model from {model_path!r}: {error}\n"
               "Pass --model with a directory holding config.json, model weights, block records and tokenizer files "
@@ -194,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Answer questions with a REALM open-QA model, printing the evidence block.")  # fmt: skip
     ask.add_argument("questions", nargs="*", help="questions; read from standard input, one per line, when omitted")
     ask.add_argument("--model", help="directory or Hub repo id of a RealmForOpenQA model with its retriever files "
-                                     "(default: the demo model)")  # fmt: skip
+                                     "(default: the default model, else the demo model)")  # fmt: skip
+    ask.add_argument("--index", help="an index directory (realm-hf index build) to search and read instead of the "
+                                     "model's own; any model whose embedder size matches it")  # fmt: skip
     ask.add_argument(
         "--batch-size", type=positive_int, default=8, help="questions answered per forward pass (default: 8)"
     )

@@ -40,10 +40,14 @@ class RealmOpenQASystem:
         self._pipeline = None
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, batch_size: int = 8) -> "RealmOpenQASystem":
-        """Loads model and retriever from a directory or Hub repo id (as `save_pretrained` wrote them)."""
-        retriever = RealmRetriever.from_pretrained(name_or_path)
-        model = RealmForOpenQA.from_pretrained(name_or_path, retriever=retriever)
+    def from_pretrained(
+        cls, name_or_path: str | Path | None, batch_size: int = 8, index: str | Path | None = None
+    ) -> "RealmOpenQASystem":
+        """Loads model and retriever from a directory or Hub repo id in any layout of docs/loading.md (the default
+        model when `None`), searching `index` instead of the model's own embeddings when given."""
+        from ..loading import load_open_qa
+
+        model, retriever = load_open_qa(name_or_path, index)
         return cls(model, retriever, batch_size=batch_size)
 
     def answer(self, questions: list[str]) -> list[str]:

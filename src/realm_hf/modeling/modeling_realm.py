@@ -28,10 +28,12 @@ from transformers.models.bert.modeling_bert import (
 )
 from transformers.utils import ModelOutput, logging
 
-from .checkpoint_files import HUB_KWARGS, describe_damaged_weights, find_weight_files
 from .configuration_realm import RealmConfig
 
 logger = logging.get_logger(__name__)
+
+# The `from_pretrained` keyword arguments that say where files come from on the Hub.
+_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 
 
 
@@ -182,6 +184,11 @@ class RealmPreTrainedModel(PreTrainedModel):
             # 4.x left block_emb as uninitialised memory when a checkpoint lacked it; zeros make that state explicit.
             init.zeros_(module.block_emb)
 
+    # What needs file or Hub I/O, which modeling/ does not do (it also runs as Hub remote code without realm_hf):
+    # `realm_hf.register()` fills these. "explain_load_failure": `(name_or_path, subfolder, revision) -> str | None`
+    # names a damaged weights file; "push_to_hub": `(model, repo_id, **kwargs)` uploads with realm_hf's model card.
+    _realm_hf_hooks: dict = {}
+
     # Architectures whose checkpoints hold this model under a prefix, e.g. the embedder of a RealmForOpenQA checkpoint.
     _prefix_in_checkpoints_of: dict[str, str] = {}
 
@@ -193,7 +200,7 @@ class RealmPreTrainedModel(PreTrainedModel):
         if cls._prefix_in_checkpoints_of and pretrained_model_name_or_path is not None and "key_mapping" not in kwargs:
             config = kwargs.get("config")
             if not isinstance(config, PreTrainedConfig):
-                hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+                hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
                 config = RealmConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
             architecture = (config.architectures or [None])[0]
             prefix = cls._prefix_in_checkpoints_of.get(architecture)
@@ -203,27 +210,23 @@ class RealmPreTrainedModel(PreTrainedModel):
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as error:
-            if pretrained_model_name_or_path is None:
+            explain = RealmPreTrainedModel._realm_hf_hooks.get("explain_load_failure")
+            if pretrained_model_name_or_path is None or explain is None:
                 raise
-            files = find_weight_files(
-                pretrained_model_name_or_path, kwargs.get("subfolder", ""), kwargs.get("revision")
-            )
-            for path in files:
-                problem = describe_damaged_weights(path)
-                if problem is not None:
-                    raise ValueError(problem) from error
+            problem = explain(pretrained_model_name_or_path, kwargs.get("subfolder", ""), kwargs.get("revision"))
+            if problem is not None:
+                raise ValueError(problem) from error
             raise
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """`PreTrainedModel.push_to_hub` (same arguments, plus `model_card=`), uploading realm_hf's model card
         (`library_name: realm_hf`, usage for this class) instead of the generic card Transformers writes; a card
-        already in the repo is kept. See `realm_hf.hub.push_model_to_hub`."""
-        try:
-            # The card and upload code lives outside modeling; imported only when a push happens.
-            from realm_hf.hub import push_model_to_hub
-        except ImportError:  # this file used as Hub remote code, without realm_hf installed
+        already in the repo is kept. See `realm_hf.hub.push_model_to_hub` (set by `realm_hf.register()`; without
+        realm_hf, e.g. as Hub remote code, Transformers' own push)."""
+        push = RealmPreTrainedModel._realm_hf_hooks.get("push_to_hub")
+        if push is None:
             return super().push_to_hub(repo_id, **kwargs)
-        return push_model_to_hub(self, repo_id, **kwargs)
+        return push(self, repo_id, **kwargs)
 
     def _return(self, output: ModelOutput, return_dict: bool | None):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
@@ -965,6 +968,12 @@ class RealmForOpenQA(RealmPreTrainedModel):
                 "e.g. RealmForOpenQA.from_pretrained(path, searcher=ExactSearcher.from_index(index_dir)), or set "
                 "model.searcher."
             )
+        if not callable(getattr(self.retriever, "retrieve", None)):
+            raise TypeError(
+                f"the retriever ({type(self.retriever).__name__}) must turn a batch of block ids into reader inputs: "
+                "expected a `retrieve(block_ids, question_input_ids, answer_ids, max_length, num_read)` method (the "
+                "realm_hf.retrieval.Retriever protocol), as RealmRetriever and PreTokenizedRetriever have."
+            )
         if hasattr(self.retriever, "__len__") and len(self.retriever) != num_blocks:
             source = "the searcher indexes" if self.searcher is not None else "block_emb has"
             raise ValueError(
@@ -987,10 +996,12 @@ class RealmForOpenQA(RealmPreTrainedModel):
     ):
         """Embeds the questions, retrieves `K` blocks each and pairs them into reader inputs.
 
-        Returns `(retrieved_block_ids (B, K), retrieved_logits (B, K), reader_inputs, block_mask (B, K, L), labels)`:
-        `reader_inputs` holds `input_ids`, `attention_mask`, `token_type_ids` and `special_tokens_mask` `(B, K, L)` of
-        `[CLS] question [SEP] block [SEP]` on the reader's device, padded to at least `min_seq_len` tokens;
-        `block_mask` marks the block's tokens; `labels` is `None` without answers.
+        Returns `(retrieved_block_ids (B, K), retrieved_logits (B, K), reader_inputs, block_mask (B, R, L), labels)`:
+        `reader_inputs` holds `input_ids`, `attention_mask`, `token_type_ids` and `special_tokens_mask` `(B, R, L)` of
+        `[CLS] question [SEP] block [SEP]` for the R blocks read, on the reader's device, padded to at least
+        `min_seq_len` tokens; `block_mask` marks the block's tokens; `labels` is `None` without answers. The retriever
+        builds the reader inputs of the whole batch in one call (`retriever.retrieve`, see
+        `realm_hf.retrieval.Retriever`).
         """
         batch_size = input_ids.shape[0]
         question_embedding = self.embedder(
@@ -1003,19 +1014,23 @@ class RealmForOpenQA(RealmPreTrainedModel):
             retrieved_block_ids, retrieved_block_emb = self._given_blocks(retrieved_block_ids, batch_size)
 
         reader_device = self.reader.device
-        per_question = [
-            self.retriever(
-                retrieved_block_ids[index].cpu(),
-                input_ids[index : index + 1].cpu(),
-                answers_per_question[index],
-                max_length=self.config.reader_seq_len,
-            )
-            for index in range(batch_size)
-        ]
-        reader_inputs, labels = _stack_reader_inputs(
-            per_question, answers_per_question[0] is not None, min_seq_len, num_read=self.config.reader_beam_size
-        )
-        reader_inputs = {key: value.to(reader_device) for key, value in reader_inputs.items()}
+        with_answers = answers_per_question[0] is not None
+        has_answers, start_positions, end_positions, reader_inputs = self.retriever.retrieve(
+            retrieved_block_ids.cpu(),
+            input_ids.cpu(),
+            answers_per_question if with_answers else None,
+            max_length=self.config.reader_seq_len,
+            num_read=self.config.reader_beam_size,
+        )  # labels (B, K), (B, R, A), (B, R, A); reader inputs (B, R, L)
+        pad_values = {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
+        reader_inputs = {
+            key: _fit_length(torch.as_tensor(reader_inputs[key]), max(min_seq_len, reader_inputs[key].shape[-1]), pad)
+            .to(reader_device)
+            for key, pad in pad_values.items()
+        }
+        labels = None
+        if with_answers:
+            labels = {"has_answers": has_answers, "start_positions": start_positions, "end_positions": end_positions}
         block_mask = reader_inputs["special_tokens_mask"].bool().logical_not() & reader_inputs["token_type_ids"].bool()
 
         # The retrieval logits again, now with gradients to the question embedder (block embeddings stay frozen).
@@ -1204,49 +1219,8 @@ def _answers_per_question(answer_ids, batch_size: int) -> list:
     )
 
 
-def _stack_reader_inputs(
-    per_question: list, with_answers: bool, min_seq_len: int = 0, num_read: int | None = None
-) -> tuple[dict, dict | None]:
-    """Pads the retriever's per-question reader inputs of the first `num_read` blocks (all when `None`) to one
-    `(B, R, L)` batch (`L >= min_seq_len`, the longest of those blocks); labels: `has_answers` `(B, K)` for every
-    retrieved block, answer positions `(B, R, A)`.
-
-    Only the blocks the reader reads are stacked: in training K is `searcher_beam_size` (5000), and padding 5000 rows
-    per question to one length would move hundreds of MB per step for nothing."""
-    encodings = [result[3] for result in per_question]
-    rows_kept = slice(None) if num_read is None else slice(0, num_read)
-    seq_len = max(
-        min_seq_len,
-        *(_used_length(torch.as_tensor(encoding["attention_mask"])[rows_kept]) for encoding in encodings),
-    )
-    pad_values = {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
-    reader_inputs = {}
-    for key, pad_value in pad_values.items():
-        rows = [_fit_length(torch.as_tensor(encoding[key])[rows_kept], seq_len, pad_value) for encoding in encodings]
-        reader_inputs[key] = torch.stack(rows)
-    if not with_answers:
-        return reader_inputs, None
-
-    has_answers = torch.stack([torch.as_tensor(result[0], dtype=torch.bool) for result in per_question])  # (B, K)
-    positions = {}
-    for key, column in (("start_positions", 1), ("end_positions", 2)):
-        rows = [torch.as_tensor(result[column], dtype=torch.long)[rows_kept] for result in per_question]
-        rows = [row if row.dim() == 2 else row.view(row.shape[0], 0) for row in rows]
-        max_answers = max(row.shape[-1] for row in rows)
-        positions[key] = torch.stack(
-            [nn.functional.pad(row, (0, max_answers - row.shape[-1]), value=-1) for row in rows]
-        )  # (B, K, A)
-    return reader_inputs, {"has_answers": has_answers, **positions}
-
-
-def _used_length(attention_mask: torch.Tensor) -> int:
-    """Columns up to the last one any row attends to (with left padding: all of them)."""
-    used = attention_mask.bool().any(0).nonzero()
-    return int(used.max()) + 1 if used.numel() else 0
-
-
 def _fit_length(rows: torch.Tensor, length: int, pad_value: int) -> torch.Tensor:
-    """`(R, L0)` rows padded, or cut where only padding columns are cut ([`_used_length`]), to `(R, length)`."""
+    """`(..., L0)` rows padded on the right to `(..., length)` (or cut, where only padding columns are cut)."""
     if rows.shape[-1] >= length:
         return rows[..., :length]
     return nn.functional.pad(rows, (0, length - rows.shape[-1]), value=pad_value)

@@ -21,10 +21,14 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import Dataset as TorchDataset
 from transformers import Pipeline
+from transformers.utils import logging
 
 from ..evaluation.calibration import CALIBRATION_FILE, MAX_MARGIN, Calibration
+from ..loading import check_searcher_fits, find_retrieval, save_open_qa
 from ..modeling import RealmForOpenQA
-from ..retrieval import RealmRetriever
+from ..retrieval.interfaces import BlockOffsets, Retriever, TitledRecords
+
+logger = logging.get_logger(__name__)
 
 
 class OpenQAPipeline(Pipeline):
@@ -32,15 +36,21 @@ class OpenQAPipeline(Pipeline):
     Open-domain question answering with a [`RealmForOpenQA`] model: retrieve blocks from its corpus, read them, and
     return the best answer spans with their evidence. Registered as the "open-qa" task by `import realm_hf`.
 
-    Build it with `transformers.pipeline("open-qa", model=...)`, from a directory or Hub repo id holding the model,
-    tokenizer and block records (as [`OpenQAPipeline.save_pretrained`] writes them), or from objects:
-    `pipeline("open-qa", model=model, tokenizer=tokenizer, retriever=retriever)`.
+    Build it with `transformers.pipeline("open-qa", model=...)`, from a directory or Hub repo id in any layout of
+    docs/loading.md (a 4.x checkpoint with block records, a model with `index/` and `documents/`, the default model,
+    what [`OpenQAPipeline.save_pretrained`] writes), optionally over another index: `pipeline("open-qa",
+    model=..., index="my-index")`; or from objects: `pipeline("open-qa", model=model, tokenizer=tokenizer,
+    retriever=retriever)`.
 
     Args:
-        model ([`RealmForOpenQA`]): the model. The pipeline attaches its retriever to it (`model.retriever`).
+        model ([`RealmForOpenQA`]): the model. The pipeline attaches its retriever (and searcher) to it.
         tokenizer (*optional*): encodes the questions; defaults to the retriever's tokenizer.
-        retriever ([`RealmRetriever`], *optional*): the block records. Defaults to `model.retriever`, else
-            `RealmRetriever.from_pretrained(model.name_or_path)`: the files next to the model, main revision.
+        retriever (*optional*): a [`Retriever`] (block texts + tokenizer). Defaults to `model.retriever`, else what
+            `realm_hf.loading.find_retrieval(model.name_or_path, index)` finds next to the model (a
+            [`PreTokenizedRetriever`] over its documents).
+        index (`str` or `os.PathLike`, *optional*): an index directory (`realm-hf index build`) to search instead of
+            the model's own block embeddings; its `documents/` are read when it has them.
+        searcher (*optional*): a ready searcher (`ExactSearcher`, `FaissSearcher`, ...) to search instead.
         top_k (`int`, *optional*, defaults to 1): answers per question; a call may override it.
         max_question_length (`int`, *optional*): question tokens kept; defaults to `config.searcher_seq_len`.
         batch_size (`int`, *optional*, defaults to 1): questions per forward pass when given a list.
@@ -71,34 +81,47 @@ class OpenQAPipeline(Pipeline):
     _load_feature_extractor = False
     _load_video_processor = False
 
-    def __init__(self, *args, retriever: RealmRetriever | None = None, **kwargs):
-        # `retriever` is popped here: `pipeline()` keyword arguments that are not its own reach the pipeline class.
+    def __init__(self, *args, retriever: Retriever | None = None, index=None, searcher=None, **kwargs):
+        # Popped here: `pipeline()` keyword arguments that are not its own reach the pipeline class.
         super().__init__(*args, **kwargs)
         if not isinstance(self.model, RealmForOpenQA):
             raise TypeError(
                 f"the open-qa pipeline needs a RealmForOpenQA model, got {type(self.model).__name__}. Load one with "
                 "pipeline('open-qa', model=directory_or_repo_id) or pass RealmForOpenQA.from_pretrained(...)."
             )
-        if retriever is None:
+        if retriever is None and index is None and searcher is None:
             retriever = self.model.retriever
         if retriever is None:
-            retriever = self._load_retriever()
+            retriever, found_searcher = self._find_retrieval(index, searcher)
+            searcher = searcher if searcher is not None else found_searcher
+        elif index is not None and searcher is None:
+            from ..retrieval import ExactSearcher
+
+            searcher = ExactSearcher.from_index(index)
+        if searcher is not None:
+            check_searcher_fits(self.model, searcher, str(index) if index is not None else "the searcher")
+            self.model.searcher = searcher
         self.model.retriever = retriever
         if self.tokenizer is None:
             self.tokenizer = retriever.tokenizer
+        if self.device.type == "cpu" and self.model.dtype == torch.float16:
+            # fp16 checkpoints (the default model's) load as fp16; CPUs run fp16 matrix products many times slower.
+            logger.info("the open-qa pipeline runs on CPU: casting the fp16 model to float32")
+            self.model.float()
 
-    def _load_retriever(self) -> RealmRetriever:
+    def _find_retrieval(self, index, searcher):
         name_or_path = self.model.name_or_path
         if not name_or_path:
             raise ValueError(
                 "the open-qa pipeline needs block records, and this model was not loaded from files that hold them: "
                 "pass pipeline('open-qa', model=model, tokenizer=tokenizer, retriever=RealmRetriever(records, tokenizer))."
             )
-        return RealmRetriever.from_pretrained(name_or_path, tokenizer=self.tokenizer)
+        found = find_retrieval(name_or_path, index, searcher=searcher, tokenizer=self.tokenizer)
+        return found.retriever, found.searcher
 
     @property
-    def retriever(self) -> RealmRetriever:
-        """The [`RealmRetriever`] whose block records the answers come from (also `pipeline.model.retriever`)."""
+    def retriever(self) -> Retriever:
+        """The [`Retriever`] whose block records the answers come from (also `pipeline.model.retriever`)."""
         return self.model.retriever
 
     def __call__(self, questions: str | list[str], **kwargs):
@@ -268,14 +291,20 @@ class OpenQAPipeline(Pipeline):
         The reader input holds the block's wordpieces, possibly cut short by `reader_seq_len` (or, with a tokenizer
         that truncates on the left, their end); tokenizing the text alone gives the same wordpieces with offsets.
         """
-        text = _block_text(self.retriever.block_records[block_id])
         positions = torch.nonzero(block_mask, as_tuple=True)[0].tolist()
         read_ids = reader_input_ids[positions].tolist()
         tokenizer = self.retriever.tokenizer
-        encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        all_ids, all_offsets = encoding["input_ids"], encoding["offset_mapping"]
-        first = max(len(all_ids) - len(read_ids), 0) if tokenizer.truncation_side == "left" else 0
-        if all_ids[first : first + len(read_ids)] != read_ids:
+        if isinstance(self.retriever, BlockOffsets):
+            # The offsets of the tokenization that built the reader inputs: the block is not tokenized again.
+            text, all_offsets = self.retriever.block_offsets(block_id)
+            all_offsets = all_offsets.tolist()
+            all_ids = None
+        else:
+            text = _block_text(self.retriever.block_records[block_id])
+            encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            all_ids, all_offsets = encoding["input_ids"], encoding["offset_mapping"]
+        first = max(len(all_offsets) - len(read_ids), 0) if tokenizer.truncation_side == "left" else 0
+        if all_ids is not None and all_ids[first : first + len(read_ids)] != read_ids:
             kept = "last" if tokenizer.truncation_side == "left" else "first"
             raise RuntimeError(
                 f"block {block_id}: the {len(read_ids)} wordpieces the reader read are not the {kept} ones of the "
@@ -286,22 +315,19 @@ class OpenQAPipeline(Pipeline):
 
     def _title(self, block_id: int) -> str | None:
         # Block records backed by a DocumentStore carry titles; plain records (the Hub's) have none.
-        store = getattr(self.retriever.block_records, "store", None)
-        if store is not None and hasattr(store, "titles"):
-            return store.titles([block_id])[0] or None
-        return None
+        records = self.retriever.block_records
+        return (records.titles([block_id])[0] or None) if isinstance(records, TitledRecords) else None
 
     def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Writes the model, the tokenizer and the retriever's block records (`block_records.safetensors`) to
-        `save_directory`, which `pipeline("open-qa", model=save_directory)` loads again.
+        """Writes the model, the tokenizer, the documents (`documents/` from a `DocumentStore`, else
+        `block_records.safetensors`) and, when the model searches an index, the index (`index/`) to `save_directory`,
+        which `pipeline("open-qa", model=save_directory)` loads again and answers with identically
+        (`realm_hf.loading.save_open_qa`).
 
         Unlike `Pipeline.save_pretrained`, it writes no `custom_pipelines` entry and no pipeline code: the task comes
         from `import realm_hf`. `kwargs` go to the model's `save_pretrained` (`max_shard_size`, ...).
         """
-        self.model.save_pretrained(save_directory, **kwargs)
-        # The retriever writes its tokenizer too; the pipeline's (which encodes the questions) is written last.
-        self.retriever.save_pretrained(save_directory)
-        self.tokenizer.save_pretrained(save_directory)
+        save_open_qa(self.model, self.retriever, save_directory, tokenizer=self.tokenizer, **kwargs)
 
 
 def _check_question(question, name: str) -> None:

@@ -8,7 +8,7 @@ from .distributed import ShardedSearcher, merge_search_results, shard_ranges
 from .embedding import embed_blocks, encode_blocks
 from .evaluation import recall_at_k
 from .faiss_search import FaissSearcher
-from .interfaces import Searcher, SearchResult
+from .interfaces import ReaderInputs, Retriever, Searcher, SearchResult
 from .retriever import RealmRetriever
 from .torch_search import ExactSearcher
 
@@ -26,6 +26,7 @@ _LAZY = {
     "HybridSearcher": "hybrid",
     "PreTokenizedBlocks": "pretokenized",
     "PreTokenizedRetriever": "pretokenized",
+    "TokenizedBlockCache": "pretokenized",
     "tokenize_corpus": "pretokenized",
 }
 
@@ -44,10 +45,13 @@ __all__ = [
     "HybridSearcher",
     "PreTokenizedBlocks",
     "PreTokenizedRetriever",
+    "ReaderInputs",
     "RealmRetriever",
+    "Retriever",
     "SearchResult",
     "Searcher",
     "ShardedSearcher",
+    "TokenizedBlockCache",
     "UnsafeBlockRecordsError",
     "add_documents",
     "add_to_index",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import _compat_pickle
 import io
 import itertools
-import json
 import operator
 import os
 import pickle
@@ -36,7 +35,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 from transformers.utils import logging
 
-from ..atomic import atomic_path
+from ..safetensors_format import RaggedWriter, read_ragged_header
 
 logger = logging.get_logger(__name__)
 
@@ -56,13 +55,9 @@ SAFETENSORS_FILENAME = "block_records.safetensors"
 LEGACY_FILENAME = "block_records.npy"
 
 _NPY_MAGIC_PREFIX = b"\x93NUMPY"
-# safetensors refuses headers above 100 MB; ours are a few hundred bytes.
-_MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
 # Records encoded and written per chunk by `save_block_records`, and offsets read per chunk when verifying/iterating.
 _WRITE_CHUNK_RECORDS = 65_536
 _READ_CHUNK_RECORDS = 1 << 20
-# Any data section below 10**19 bytes (every int64 size) prints in at most this many digits in the header.
-_HEADER_PLACEHOLDER_END = 10**19 - 1
 
 
 class UnsafeBlockRecordsError(ValueError):
@@ -254,28 +249,6 @@ def load_legacy_block_records(path: str | os.PathLike, mmap_mode: str | None = N
 # pickle-free safetensors format
 
 
-def _safetensors_header(num_records: int, data_nbytes: int) -> dict[str, Any]:
-    offsets_nbytes = 8 * (num_records + 1)
-    return {
-        "__metadata__": {
-            "format": BLOCK_RECORDS_FORMAT,
-            "version": BLOCK_RECORDS_FORMAT_VERSION,
-            "num_records": str(num_records),
-        },
-        # `offsets` first so that it is 8-byte aligned (the header is padded to a multiple of 8).
-        "offsets": {"dtype": "I64", "shape": [num_records + 1], "data_offsets": [0, offsets_nbytes]},
-        "data": {
-            "dtype": "U8",
-            "shape": [data_nbytes],
-            "data_offsets": [offsets_nbytes, offsets_nbytes + data_nbytes],
-        },
-    }
-
-
-def _encode_header(header: dict[str, Any]) -> bytes:
-    return json.dumps(header, separators=(",", ":")).encode("utf-8")
-
-
 def _encode_record(record: Any, index: int) -> bytes:
     if isinstance(record, str):
         try:
@@ -321,137 +294,23 @@ def save_block_records(records: Iterable[bytes | str] | np.ndarray, path: str | 
     if not hasattr(records, "__len__"):
         records = list(records)
     num_records = len(records)
-    offsets_nbytes = 8 * (num_records + 1)
-
-    # The header is written last, once the data size is known; reserve room for the widest possible numbers.
-    reserved = len(_encode_header(_safetensors_header(num_records, _HEADER_PLACEHOLDER_END - offsets_nbytes)))
-    reserved += -(8 + reserved) % 8
-    offsets_start = 8 + reserved
-
-    offsets = np.empty(num_records + 1, dtype="<i8")
-    offsets[0] = 0
-    with atomic_path(path) as tmp_name, open(tmp_name, "wb") as fp:
-        fp.seek(offsets_start + offsets_nbytes)
-        total = 0
-        count = 0
+    metadata = {"format": BLOCK_RECORDS_FORMAT, "version": BLOCK_RECORDS_FORMAT_VERSION, "num_records": str(num_records)}
+    with RaggedWriter(path, count=num_records, metadata=metadata, data_name="data", data_dtype="U8",
+                      description="block records (len(records))") as writer:  # fmt: skip
         iterator = iter(records)
+        count = 0
         while chunk := list(itertools.islice(iterator, _WRITE_CHUNK_RECORDS)):
-            if count + len(chunk) > num_records:
-                raise ValueError(f"expected {num_records} block records (len(records)), received more")
             if not set(map(type, chunk)) <= {bytes}:
                 chunk = [_encode_record(record, count + i) for i, record in enumerate(chunk)]
-            fp.write(b"".join(chunk))
-            lengths = np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
-            np.cumsum(lengths, out=offsets[count + 1 : count + 1 + len(chunk)])
-            offsets[count + 1 : count + 1 + len(chunk)] += total
-            total = int(offsets[count + len(chunk)])
+            writer.write(chunk)
             count += len(chunk)
-        if count != num_records:
-            raise ValueError(f"expected {num_records} block records (len(records)), received {count}")
-
-        fp.seek(offsets_start)
-        fp.write(memoryview(offsets).cast("B"))
-        header = _encode_header(_safetensors_header(num_records, total))
-        fp.seek(0)
-        fp.write(struct.pack("<Q", reserved))
-        fp.write(header.ljust(reserved, b" "))
+    total = writer.total
     logger.info(f"Saved {num_records} block records ({total} bytes of text) to {path}")
     return path
 
 
-def read_ragged_layout(
-    fp: io.BufferedIOBase,
-    file_size: int,
-    source_name: str,
-    *,
-    file_format: str,
-    version: str,
-    description: str,
-    tensors: tuple[tuple[str, str, int], ...],
-    count_key: str,
-) -> tuple[int, dict[str, Any]]:
-    """Parse and validate the header of one of realm_hf's ragged safetensors files: 1-D tensors, one of them
-    `offsets` (`count + 1` int64 entries), with metadata `format`, `version` and `count_key` (the count as a string).
-    Used for block records and pre-tokenized blocks. Returns `(start of the data section, header dict)`.
-
-    Args:
-        file_format, version: the expected metadata `format` and `version`.
-        description: the file kind, for error messages (e.g. "block records").
-        tensors: `(name, safetensors dtype, item size)` of every tensor the file must hold, and no other.
-        count_key: the metadata key holding the number of entries (`offsets` holds one more).
-    """
-    if file_size < 8:
-        raise ValueError(
-            f"{source_name} is truncated: expected at least 8 bytes (header length), received {file_size}"
-        )
-    (header_nbytes,) = struct.unpack("<Q", fp.read(8))
-    if header_nbytes > min(_MAX_SAFETENSORS_HEADER_BYTES, file_size - 8):
-        raise ValueError(
-            f"{source_name} is truncated or corrupt: expected a safetensors header of {header_nbytes} bytes (at most "
-            f"{_MAX_SAFETENSORS_HEADER_BYTES}), received {file_size - 8} bytes after the header length"
-        )
-    try:
-        header = json.loads(fp.read(header_nbytes).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{source_name} is corrupt: its safetensors header is not valid JSON ({error})") from error
-    if not isinstance(header, dict):
-        raise ValueError(f"{source_name} is corrupt: expected a JSON object header, received {type(header).__name__}")
-
-    metadata = header.get("__metadata__")
-    if not isinstance(metadata, dict):
-        metadata = {}
-    if metadata.get("format") != file_format:
-        raise ValueError(
-            f"{source_name}: expected safetensors metadata format {file_format!r}, received {metadata.get('format')!r}"
-        )
-    if metadata.get("version") != version:
-        raise ValueError(
-            f"{source_name}: expected {description} format version {version!r}, received {metadata.get('version')!r}"
-        )
-    tensor_names = sorted(key for key in header if key != "__metadata__")
-    expected_names = sorted(name for name, _, _ in tensors)
-    if tensor_names != expected_names:
-        raise ValueError(f"{source_name}: expected tensors {expected_names}, received {tensor_names}")
-
-    for name, dtype, itemsize in tensors:
-        info = header[name]
-        if not isinstance(info, dict):
-            info = {}
-        shape = info.get("shape")
-        span = info.get("data_offsets")
-        if info.get("dtype") != dtype or not _is_int_list(shape, 1) or not _is_int_list(span, 2):
-            raise ValueError(
-                f"{source_name}: expected tensor {name!r} with dtype {dtype}, a 1-D shape and two data_offsets, "
-                f"received {header[name]!r}"
-            )
-        if span[1] - span[0] != shape[0] * itemsize or span[0] < 0:
-            raise ValueError(
-                f"{source_name} is corrupt: tensor {name!r} of shape {shape} needs {shape[0] * itemsize} bytes, "
-                f"its data_offsets {span} span {span[1] - span[0]}"
-            )
-
-    count = header["offsets"]["shape"][0] - 1
-    if count < 0 or metadata.get(count_key) != str(count):
-        raise ValueError(
-            f"{source_name} is corrupt: metadata {count_key} is {metadata.get(count_key)!r}, the offsets tensor "
-            f"holds {count + 1} entries (expected {count_key} + 1)"
-        )
-    data_start = 8 + header_nbytes
-    expected_size = data_start + max(header[name]["data_offsets"][1] for name, _, _ in tensors)
-    if file_size != expected_size:
-        raise ValueError(
-            f"{source_name} is {'truncated' if file_size < expected_size else 'corrupt'}: expected {expected_size} "
-            f"bytes from its header, received {file_size}"
-        )
-    return data_start, header
-
-
-def _is_int_list(value: Any, length: int) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) == length
-        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
-    )
+# The ragged format's header check, shared with pre-tokenized corpora (kept under its former name).
+read_ragged_layout = read_ragged_header
 
 
 class BlockRecords(Sequence):

@@ -780,6 +780,10 @@ class DocumentStoreBlockRecords(Sequence):
             else:
                 yield from (text.encode("utf-8") for text in texts)
 
+    def titles(self, ids: Any) -> list[str]:
+        """`list[str]`: the document titles of `ids` ("" where a document has none), for answers' `title`."""
+        return self.store.titles(ids)
+
     def texts(self, ids: Any, errors: str = "strict") -> list[str]:
         """`list[str]`: the block texts of `ids` (an `int`, slice or array of ids, flattened), as `BlockRecords.texts`."""
         if isinstance(ids, (int, np.integer)):

@@ -20,12 +20,12 @@ import torch
 from safetensors.numpy import save_file
 
 from ..atomic import atomic_path, atomic_write_bytes
+from ..safetensors_format import check_complete, memmap_tensor, read_file_header
 
 INDEX_FORMAT = "realm_hf.index"
 INDEX_VERSION = 1
 MANIFEST_NAME = "index.json"
 EMBEDDINGS_KEY = "embeddings"
-_DTYPES = {"F32": np.float32, "F16": np.float16}
 
 
 def shard_file_name(shard_index: int) -> str:
@@ -49,25 +49,12 @@ def write_embedding_shard(path: Path, embeddings: np.ndarray | torch.Tensor, dty
 def open_embedding_shard(path: Path) -> np.ndarray:
     """Memory-maps a shard's `(count, dim)` array read-only, checking that the file is complete."""
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as reader:
-        prefix = reader.read(8)
-        if len(prefix) < 8:
-            raise ValueError(f"{path} is truncated: {size} bytes, expected at least an 8-byte header length.")
-        header_size = int.from_bytes(prefix, "little")
-        if 8 + header_size > size:
-            raise ValueError(f"{path} is corrupt: header of {header_size} bytes in a {size}-byte file.")
-        header = json.loads(reader.read(header_size))
+    data_start, header, size = read_file_header(path)
     entry = header.get(EMBEDDINGS_KEY)
-    if entry is None or entry.get("dtype") not in ("F32", "F16"):
-        raise ValueError(f"{path} holds no float32/float16 tensor named {EMBEDDINGS_KEY!r}: {sorted(header)}.")
-    begin, end = entry["data_offsets"]
-    if 8 + header_size + end != size:
-        raise ValueError(f"{path} is truncated: its header describes {8 + header_size + end} bytes, found {size}.")
-    shape = tuple(entry["shape"])
-    if shape[0] == 0:
-        return np.zeros(shape, dtype=_DTYPES[entry["dtype"]])
-    return np.memmap(path, dtype=_DTYPES[entry["dtype"]], mode="r", offset=8 + header_size + begin, shape=shape)
+    if not isinstance(entry, dict) or entry.get("dtype") not in ("F32", "F16") or len(entry.get("shape", ())) != 2:
+        raise ValueError(f"{path} holds no 2-D float32/float16 tensor named {EMBEDDINGS_KEY!r}: {sorted(header)}.")
+    check_complete(header, data_start, size, str(path))
+    return memmap_tensor(path, data_start, entry)
 
 
 def read_manifest(directory: Path) -> dict:

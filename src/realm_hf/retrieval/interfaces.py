@@ -1,6 +1,8 @@
-"""The one small interface every maximum-inner-product searcher implements, in faiss's `(scores, ids)` order."""
+"""The small interfaces of retrieval: a maximum-inner-product `Searcher` in faiss's `(scores, ids)` order, a
+`Retriever` that turns retrieved block ids into reader inputs, and the `TitledRecords` a pipeline shows titles from."""
 
-from typing import NamedTuple, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -42,6 +44,65 @@ class Searcher(Protocol):
     def embeddings(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor: ...
 
 
+class ReaderInputs(NamedTuple):
+    """What a retriever returns: answer labels and the `[CLS] question [SEP] block [SEP]` reader inputs.
+
+    A tuple `(has_answers, start_pos, end_pos, concat_inputs)` in transformers 4.x's order, so 4.x callers unpack it as
+    before. From `Retriever.__call__` (one question, `K` blocks) the shapes are 4.x's: `has_answers` `(K,)`, the
+    positions `(K, A)` (lists), `concat_inputs` a `BatchEncoding` of `(K, L)`. From `Retriever.retrieve` (a batch)
+    every field is a tensor: `has_answers` `(B, K)`, `start_pos`/`end_pos` `(B, R, A)` padded with -1, and
+    `concat_inputs` a dict of `(B, R, L)` tensors (`input_ids`, `token_type_ids`, `attention_mask`,
+    `special_tokens_mask`) for the `R` blocks read. The three labels are `None` without answers.
+    """
+
+    has_answers: Any
+    start_pos: Any
+    end_pos: Any
+    concat_inputs: Any
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Turns retrieved block ids into reader inputs, a batch of questions at a time ([`RealmRetriever`],
+    [`PreTokenizedRetriever`]).
+
+    `retrieve(block_ids, question_input_ids, answer_ids=None, max_length=None, num_read=None)` takes block ids
+    `(B, K)`, best first, the tokenized questions `(B, L)` and, optionally, gold answers per question (each a list of
+    wordpiece-id lists); it returns a batched [`ReaderInputs`] whose reader inputs cover the first `num_read` blocks
+    (all `K` when `None`) and whose `has_answers` covers all `K`. `len(retriever)` is the number of blocks.
+    """
+
+    tokenizer: Any
+    block_records: Sequence
+
+    def __len__(self) -> int: ...
+
+    def retrieve(
+        self,
+        block_ids,
+        question_input_ids,
+        answer_ids: list | None = None,
+        max_length: int | None = None,
+        num_read: int | None = None,
+    ) -> ReaderInputs: ...
+
+
+@runtime_checkable
+class TitledRecords(Protocol):
+    """Block records that know their documents' titles (a `DocumentStore`'s)."""
+
+    def titles(self, ids) -> list[str]: ...
+
+
+@runtime_checkable
+class BlockOffsets(Protocol):
+    """A retriever that knows where each of a block's wordpieces lies in its text, from the one tokenization that
+    built the reader inputs: `block_offsets(block_id) -> (text, offsets)`, `offsets` an `(n, 2)` int array of
+    character spans of the block's `n` wordpieces (before truncation)."""
+
+    def block_offsets(self, block_id: int) -> tuple[str, Any]: ...
+
+
 def as_query_matrix(query_embeddings: torch.Tensor | np.ndarray, dim: int) -> torch.Tensor:
     """Checks and converts queries to a 2-D float tensor `(num_queries, dim)`, naming what was received if wrong."""
     if isinstance(query_embeddings, np.ndarray):
@@ -59,4 +120,4 @@ def as_query_matrix(query_embeddings: torch.Tensor | np.ndarray, dim: int) -> to
     return query_embeddings
 
 
-__all__ = ["SearchResult", "Searcher", "as_query_matrix"]
+__all__ = ["BlockOffsets", "ReaderInputs", "Retriever", "SearchResult", "Searcher", "TitledRecords", "as_query_matrix"]

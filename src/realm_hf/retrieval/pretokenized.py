@@ -20,29 +20,29 @@ Known differences from `RealmRetriever` (both are equal on everything else; see 
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import struct
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from torch import nn
 from transformers import BatchEncoding
 from transformers.utils import logging
 
-from ..atomic import atomic_path
-from .block_records import read_ragged_layout
+from ..safetensors_format import RaggedWriter, read_ragged_header
+from .interfaces import ReaderInputs
+from .reader_inputs import find_answer_spans, questions_and_answers
 from .retriever import checked_block_ids
 
 logger = logging.get_logger(__name__)
 
-__all__ = ["PRETOKENIZED_FORMAT", "PreTokenizedBlocks", "PreTokenizedRetriever", "tokenize_corpus"]
+__all__ = ["PRETOKENIZED_FORMAT", "PreTokenizedBlocks", "PreTokenizedRetriever", "TokenizedBlockCache", "tokenize_corpus"]
 
 PRETOKENIZED_FORMAT = "realm_hf.pretokenized_blocks"
 PRETOKENIZED_FORMAT_VERSION = "1"
 
-# Any int64 count prints in at most this many digits: reserve header room before the sizes are known.
-_HEADER_PLACEHOLDER = 10**19 - 1
 _VERIFY_CHUNK = 1 << 20
 # `max_length=None` means the tokenizer's `model_max_length`, often 1e30 ("no limit"): keep the arithmetic in int64.
 _NO_LIMIT = 1 << 40
@@ -50,21 +50,6 @@ _NO_LIMIT = 1 << 40
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the file
-
-
-def _header(num_blocks: int, num_tokens: int, metadata: dict[str, str]) -> bytes:
-    offsets_nbytes = 8 * (num_blocks + 1)
-    header = {
-        "__metadata__": metadata,
-        # `offsets` first so that both tensors stay aligned (the header is padded to a multiple of 8).
-        "offsets": {"dtype": "I64", "shape": [num_blocks + 1], "data_offsets": [0, offsets_nbytes]},
-        "token_ids": {
-            "dtype": "I32",
-            "shape": [num_tokens],
-            "data_offsets": [offsets_nbytes, offsets_nbytes + 4 * num_tokens],
-        },
-    }
-    return json.dumps(header, separators=(",", ":")).encode("utf-8")
 
 
 def _text_batches(texts_or_store: Any, batch_size: int):
@@ -119,41 +104,25 @@ def tokenize_corpus(
         "vocab_size": str(len(tokenizer)),
         "tokenizer_name": str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__),
     }
-    reserved = len(_header(num_blocks, _HEADER_PLACEHOLDER, metadata))
-    reserved += -(8 + reserved) % 8
-    offsets_nbytes = 8 * (num_blocks + 1)
-    offsets = np.zeros(num_blocks + 1, dtype="<i8")
-
     output_path = Path(output_path)
-    with atomic_path(output_path) as temporary, open(temporary, "wb") as writer:
-        writer.seek(8 + reserved + offsets_nbytes)
-        count = 0
-        with tqdm(total=num_blocks, desc="Tokenizing blocks", unit="block") as progress:
-            for texts in _text_batches(texts_or_store, batch_size):
-                if count + len(texts) > num_blocks:
-                    raise ValueError(f"expected {num_blocks} blocks (len(texts_or_store)), received more")
-                encoded = tokenizer(
-                    texts,
-                    add_special_tokens=False,
-                    truncation=True,
-                    max_length=max_block_length,
-                    return_attention_mask=False,
-                    return_token_type_ids=False,
-                )["input_ids"]
-                lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-                np.cumsum(lengths, out=offsets[count + 1 : count + 1 + len(encoded)])
-                offsets[count + 1 : count + 1 + len(encoded)] += offsets[count]
-                writer.write(np.fromiter(itertools.chain.from_iterable(encoded), dtype="<i4").tobytes())
-                count += len(encoded)
-                progress.update(len(encoded))
-        if count != num_blocks:
-            raise ValueError(f"expected {num_blocks} blocks (len(texts_or_store)), received {count}")
-        writer.seek(8 + reserved)
-        writer.write(offsets.tobytes())
-        writer.seek(0)
-        writer.write(struct.pack("<Q", reserved))
-        writer.write(_header(num_blocks, int(offsets[-1]), metadata).ljust(reserved, b" "))
-    logger.info(f"Tokenized {num_blocks} blocks ({int(offsets[-1])} wordpieces) into {output_path}")
+    with (
+        RaggedWriter(output_path, count=num_blocks, metadata=metadata, data_name="token_ids", data_dtype="I32",
+                     description="blocks (len(texts_or_store))") as writer,
+        tqdm(total=num_blocks, desc="Tokenizing blocks", unit="block") as progress,
+    ):  # fmt: skip
+        for texts in _text_batches(texts_or_store, batch_size):
+            encoded = tokenizer(
+                texts,
+                add_special_tokens=False,
+                truncation=True,
+                max_length=max_block_length,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
+            writer.write(encoded)
+            progress.update(len(encoded))
+    num_tokens = writer.total
+    logger.info(f"Tokenized {num_blocks} blocks ({num_tokens} wordpieces) into {output_path}")
     return output_path
 
 
@@ -200,7 +169,7 @@ class PreTokenizedBlocks:
         """Memory-map a file written by [`tokenize_corpus`]; raises `ValueError` if it is truncated or corrupt."""
         path = Path(path)
         with open(path, "rb") as reader:
-            data_start, header = read_ragged_layout(
+            data_start, header = read_ragged_header(
                 reader, path.stat().st_size, path.name, file_format=PRETOKENIZED_FORMAT,
                 version=PRETOKENIZED_FORMAT_VERSION, description="pre-tokenized blocks",
                 tensors=(("offsets", "I64", 8), ("token_ids", "I32", 4)), count_key="num_blocks",
@@ -233,6 +202,12 @@ class PreTokenizedBlocks:
         index %= num_blocks
         return np.asarray(self.token_ids[self.offsets[index] : self.offsets[index + 1]])
 
+    def ragged(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The wordpieces of `block_ids` `(K,)` as `(token_ids, starts (K,), lengths (K,))`: block `block_ids[i]` is
+        `token_ids[starts[i] : starts[i] + lengths[i]]` (here the whole memory-mapped array, nothing copied)."""
+        starts = np.asarray(self.offsets[block_ids])
+        return self.token_ids, starts, np.asarray(self.offsets[block_ids + 1]) - starts
+
     def __copy__(self) -> PreTokenizedBlocks:
         return self
 
@@ -244,19 +219,93 @@ class PreTokenizedBlocks:
         return f"{type(self).__name__}(num_blocks={len(self)}, num_tokens={len(self.token_ids)}, path={self.path})"
 
 
+class TokenizedBlockCache:
+    """Wordpieces of block records, tokenized when a block is first retrieved and kept (up to `max_blocks`, least
+    recently used first out) with their character offsets: the pre-tokenized path without a corpus-wide pass, for
+    asking questions over any corpus. One tokenization gives both the reader's wordpieces and, through
+    [`TokenizedBlockCache.block_offsets`], where each lies in the text (for the pipeline's answer spans).
+
+    Args:
+        block_records (`Sequence[bytes | str]`): the block texts, by block id.
+        tokenizer (`RealmTokenizer`): a fast tokenizer (offsets come from its offset mapping).
+        max_blocks (`int`, *optional*, defaults to 65536): blocks kept.
+    """
+
+    def __init__(self, block_records, tokenizer, max_blocks: int = 65_536):
+        self.block_records = block_records
+        self.tokenizer = tokenizer
+        self.max_blocks = max_blocks
+        self._cache: OrderedDict[int, tuple[str, np.ndarray, np.ndarray]] = OrderedDict()
+        self.vocab_size = None  # the tokenizer is the one the retriever uses: nothing to check
+
+    def __len__(self) -> int:
+        return len(self.block_records)
+
+    def _entries(self, block_ids: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        missing = sorted({int(block_id) for block_id in block_ids} - self._cache.keys())
+        if missing:
+            if isinstance(self.block_records, (list, tuple)):
+                records = [self.block_records[block_id] for block_id in missing]
+            else:
+                records = list(self.block_records[np.asarray(missing, dtype=np.int64)])
+            texts = [_text(record) for record in records]
+            encoded = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
+                                     return_attention_mask=False, return_token_type_ids=False)  # fmt: skip
+            for block_id, text, ids, offsets in zip(
+                missing, texts, encoded["input_ids"], encoded["offset_mapping"], strict=True
+            ):
+                self._cache[block_id] = (
+                    text, np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+                )
+        entries = []
+        for block_id in block_ids:
+            block_id = int(block_id)
+            self._cache.move_to_end(block_id)
+            entries.append(self._cache[block_id])
+        while len(self._cache) > self.max_blocks:
+            self._cache.popitem(last=False)
+        return entries
+
+    def ragged(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As [`PreTokenizedBlocks.ragged`]: `(token_ids, starts (K,), lengths (K,))` of `block_ids` `(K,)`."""
+        pieces = [ids for _, ids, _ in self._entries(block_ids)]
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        token_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        return token_ids, starts, lengths
+
+    def block_offsets(self, block_id: int) -> tuple[str, np.ndarray]:
+        """`(text, offsets)`: block `block_id`'s text and the `(start, end)` characters of each of its wordpieces."""
+        text, _, offsets = self._entries(np.asarray([block_id]))[0]
+        return text, offsets
+
+    def __copy__(self) -> TokenizedBlockCache:
+        return self
+
+    def __deepcopy__(self, memo) -> TokenizedBlockCache:
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_blocks={len(self)}, cached={len(self._cache)})"
+
+
+def _text(record) -> str:
+    return record.decode("utf-8") if isinstance(record, (bytes, bytearray)) else str(record)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # the retriever
 
 
-def _longest_first_lengths(question_length: int, block_lengths: np.ndarray, budget: int) -> tuple[np.ndarray, ...]:
-    """The lengths the Rust tokenizer's `longest_first` pair truncation keeps, vectorised over blocks.
+def _longest_first_lengths(question_length: np.ndarray, block_lengths: np.ndarray, budget: int) -> tuple[np.ndarray, ...]:
+    """The lengths the Rust tokenizer's `longest_first` pair truncation keeps, vectorised over rows.
 
     `budget` is `max_length` less the three special tokens. As in `tokenizers`' `truncate_encodings`: if the pair
     fits, nothing is cut; else the shorter side (n1) keeps its length when it fits, the longer side gets the rest but
     never less than n1; if the two still do not fit, the shorter side gets `budget // 2` and the longer the remainder.
     On equal lengths the question counts as the shorter side.
     """
-    question = np.full_like(block_lengths, question_length)
+    question = np.broadcast_to(np.asarray(question_length, dtype=np.int64), block_lengths.shape)
     swap = question > block_lengths
     shorter = np.minimum(question, block_lengths)
     longer = np.where(shorter > budget, shorter, np.maximum(shorter, budget - shorter))
@@ -272,38 +321,55 @@ def _longest_first_lengths(question_length: int, block_lengths: np.ndarray, budg
 class PreTokenizedRetriever:
     r"""
     `RealmRetriever` without tokenization: reader inputs `[CLS] question [SEP] block [SEP]` are concatenated from the
-    question's ids and the blocks' pre-tokenized wordpieces ([`tokenize_corpus`]).
+    question's ids and the blocks' wordpieces, a whole batch of questions at once; the question is never decoded.
 
-    Same call signature and outputs as `RealmRetriever.__call__` (see this module's docstring for the two documented
-    differences), so it can replace it in `RealmForOpenQA(config, retriever=...)`.
+    Same call signature and outputs as `RealmRetriever.__call__` and `.retrieve` (see this module's docstring for the
+    two documented differences), so it can replace it in `RealmForOpenQA(config, retriever=...)`.
 
     Args:
-        blocks ([`PreTokenizedBlocks`]): every block's wordpieces.
-        tokenizer (`RealmTokenizer`): gives the `[CLS]`/`[SEP]`/`[PAD]` ids, padding side and `model_max_length`; it
-            must be the tokenizer that wrote `blocks` (checked through the vocabulary size).
-        block_records (*optional*): the block texts (e.g. `BlockRecords`), for pipelines that show evidence.
+        blocks ([`PreTokenizedBlocks`] or [`TokenizedBlockCache`]): every block's wordpieces, from a file written by
+            [`tokenize_corpus`] or tokenized as blocks are retrieved.
+        tokenizer (`RealmTokenizer`): gives the `[CLS]`/`[SEP]`/`[PAD]` ids, padding and truncation sides and
+            `model_max_length`; it must be the tokenizer that wrote `blocks` (checked through the vocabulary size).
+        block_records (*optional*): the block texts (e.g. `BlockRecords`), for pipelines that show evidence; defaults
+            to those of a [`TokenizedBlockCache`].
     """
 
-    def __init__(self, blocks: PreTokenizedBlocks, tokenizer, block_records=None):
+    def __init__(self, blocks: PreTokenizedBlocks | TokenizedBlockCache, tokenizer, block_records=None):
         if blocks.vocab_size is not None and blocks.vocab_size != len(tokenizer):
             raise ValueError(
                 f"the blocks were tokenized with a vocabulary of {blocks.vocab_size} tokens "
                 f"({blocks.metadata.get('tokenizer_name')!r}); the tokenizer has {len(tokenizer)}"
             )
+        if block_records is None and isinstance(blocks, TokenizedBlockCache):
+            block_records = blocks.block_records
         if block_records is not None and len(block_records) != len(blocks):
             raise ValueError(f"expected {len(blocks)} block records (one per block), received {len(block_records)}")
         self.blocks = blocks
         self.tokenizer = tokenizer
         self.block_records = block_records
 
+    @classmethod
+    def from_block_records(cls, block_records, tokenizer, max_cached_blocks: int = 65_536) -> PreTokenizedRetriever:
+        """A retriever over block texts that tokenizes each block once, when first retrieved ([`TokenizedBlockCache`])."""
+        return cls(TokenizedBlockCache(block_records, tokenizer, max_cached_blocks), tokenizer, block_records)
+
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def _question_ids(self, question_input_ids) -> np.ndarray:
-        row = question_input_ids[0]
-        if hasattr(row, "detach"):
-            row = row.detach().cpu().numpy()
-        row = np.asarray(row, dtype=np.int64).reshape(-1)
+    def block_offsets(self, block_id: int) -> tuple[str, np.ndarray]:
+        """`(text, offsets)` of a block from the tokenization that built its reader inputs (the [`BlockOffsets`]
+        interface); blocks from a [`tokenize_corpus`] file are tokenized here, as they hold no offsets."""
+        if isinstance(self.blocks, TokenizedBlockCache):
+            return self.blocks.block_offsets(block_id)
+        text = _text(self.block_records[int(block_id)])
+        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return text, np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+
+    def _question_ids(self, question_row) -> np.ndarray:
+        if hasattr(question_row, "detach"):
+            question_row = question_row.detach().cpu().numpy()
+        row = np.asarray(question_row, dtype=np.int64).reshape(-1)
         special = [self.tokenizer.cls_token_id, self.tokenizer.sep_token_id, self.tokenizer.pad_token_id]
         return row[~np.isin(row, [token for token in special if token is not None])]
 
@@ -314,7 +380,7 @@ class PreTokenizedRetriever:
         answer_ids=None,
         max_length: int | None = None,
         return_tensors: str | None = "pt",
-    ):
+    ) -> ReaderInputs:
         r"""
         Args:
             retrieved_block_ids (array-like of shape `(K,)`): block ids, best first.
@@ -326,93 +392,123 @@ class PreTokenizedRetriever:
             return_tensors (`str`, defaults to "pt"): tensor type of the returned encoding; `None` gives lists.
 
         Returns:
-            `(has_answers, start_pos, end_pos, concat_inputs)`: the first three are `None` without `answer_ids`;
-            `concat_inputs` holds `input_ids`, `token_type_ids`, `attention_mask` and `special_tokens_mask`, `(K, L)`.
+            [`ReaderInputs`] `(has_answers, start_pos, end_pos, concat_inputs)`: the first three are `None` without
+            `answer_ids`; `concat_inputs` holds `input_ids`, `token_type_ids`, `attention_mask` and
+            `special_tokens_mask`, `(K, L)`.
         """
-        tokenizer = self.tokenizer
         block_ids = checked_block_ids(retrieved_block_ids, len(self.blocks), "pre-tokenized blocks")
-        question = self._question_ids(question_input_ids)  # (Q,)
+        rows = self._rows(block_ids, self._question_ids(question_input_ids[0]), max_length)
+        encoded = rows["encoding"]
+        if return_tensors is None:
+            encoded = {key: value.tolist() for key, value in encoded.items()}
+        encoded = BatchEncoding(encoded, tensor_type=return_tensors)
+        if answer_ids is None:
+            return ReaderInputs(None, None, None, encoded)
+        spans = find_answer_spans(rows["encoding"]["input_ids"], rows["block_begin"], rows["block_end"], answer_ids)
+        return ReaderInputs(*spans, encoded)
+
+    def retrieve(
+        self,
+        block_ids,
+        question_input_ids,
+        answer_ids: list | None = None,
+        max_length: int | None = None,
+        num_read: int | None = None,
+    ) -> ReaderInputs:
+        r"""
+        The batched [`Retriever`] call: block ids `(B, K)` and questions `(B, L)` (special tokens and padding are
+        stripped) to reader inputs `(B, R, L)` of the first `num_read` blocks (all `K` when `None`), with
+        `has_answers` `(B, K)` and answer positions `(B, R, A)` when `answer_ids` (one list per question) is given.
+        """
+        block_ids, questions, answers = questions_and_answers(block_ids, question_input_ids, answer_ids)
+        batch_size, num_blocks = block_ids.shape
+        flat_ids = checked_block_ids(block_ids.numpy(), len(self.blocks), "pre-tokenized blocks")
+        question_rows = [self._question_ids(questions[index]) for index in range(batch_size)]
+        with_answers = answers[0] is not None
+        # Rows of every (question, block) pair at once, each question repeated over its K blocks.
+        read = num_blocks if num_read is None or with_answers else min(num_read, num_blocks)
+        kept = flat_ids.reshape(batch_size, num_blocks)[:, :read].reshape(-1)
+        rows = self._rows(kept, question_rows, max_length, repeat=read)
+        encoding = {key: torch.from_numpy(value).view(batch_size, read, -1) for key, value in rows["encoding"].items()}
+        num_read = read if num_read is None else min(num_read, read)
+        concat_inputs = {key: value[:, :num_read] for key, value in encoding.items()}
+        if self.tokenizer.padding_side != "left":
+            # The rows were padded to the longest of all K; the R read may need fewer columns.
+            used = concat_inputs["attention_mask"].flatten(0, 1).bool().any(0).nonzero()
+            seq_len = int(used.max()) + 1 if used.numel() else 0
+            concat_inputs = {key: value[..., :seq_len] for key, value in concat_inputs.items()}
+        if not with_answers:
+            return ReaderInputs(None, None, None, concat_inputs)
+        has_answers, start_pos, end_pos = [], [], []
+        input_ids = rows["encoding"]["input_ids"].reshape(batch_size, read, -1)
+        begin = rows["block_begin"].reshape(batch_size, read)
+        end = rows["block_end"].reshape(batch_size, read)
+        for index in range(batch_size):
+            found, starts, ends = find_answer_spans(input_ids[index], begin[index], end[index], answers[index])
+            has_answers.append(torch.tensor(found, dtype=torch.bool))
+            start_pos.append(torch.tensor(starts, dtype=torch.long).view(read, -1)[:num_read])
+            end_pos.append(torch.tensor(ends, dtype=torch.long).view(read, -1)[:num_read])
+        max_answers = max(row.shape[-1] for row in start_pos)
+        pad = [nn.functional.pad(row, (0, max_answers - row.shape[-1]), value=-1) for row in start_pos]
+        pad_end = [nn.functional.pad(row, (0, max_answers - row.shape[-1]), value=-1) for row in end_pos]
+        return ReaderInputs(torch.stack(has_answers), torch.stack(pad), torch.stack(pad_end), concat_inputs)
+
+    def _rows(self, block_ids: np.ndarray, questions, max_length: int | None, repeat: int | None = None) -> dict:
+        """`[CLS] question [SEP] block [SEP]` rows for `block_ids` `(N,)`: one question for all (`questions` an
+        array), or `questions[i]` for rows `i * repeat .. (i + 1) * repeat - 1` (a list of arrays). Returns the
+        encoding (numpy, `(N, L)`) and each row's block columns `[block_begin, block_end)`."""
+        tokenizer = self.tokenizer
         max_length = tokenizer.model_max_length if max_length is None else max_length
         budget = min(int(max_length), _NO_LIMIT) - 3
         if budget < 0:
             raise ValueError(f"max_length must leave room for [CLS] and two [SEP], received {max_length}")
+        if repeat is None:
+            questions = [questions]
+            repeat = len(block_ids)
+        question_lengths = np.repeat(np.fromiter(map(len, questions), dtype=np.int64, count=len(questions)), repeat)
+        question_tokens = np.concatenate([np.asarray(question, dtype=np.int64) for question in questions] or [[]])
+        question_starts = np.repeat(np.concatenate([[0], np.cumsum(question_lengths[::repeat])[:-1]]), repeat)
+        question_starts = question_starts.astype(np.int64)
+        left_truncation = tokenizer.truncation_side == "left"
 
-        block_starts = np.asarray(self.blocks.offsets[block_ids])  # (K,)
-        block_lengths = np.asarray(self.blocks.offsets[block_ids + 1]) - block_starts  # (K,)
-        question_kept, block_kept = _longest_first_lengths(len(question), block_lengths, budget)  # (K,), (K,)
-        row_lengths = question_kept + block_kept + 3  # (K,)
-        seq_len = int(row_lengths.max()) if block_ids.size else 0
+        block_tokens, block_starts, block_lengths = self.blocks.ragged(block_ids)  # (T,), (N,), (N,)
+        question_kept, block_kept = _longest_first_lengths(question_lengths, block_lengths, budget)  # (N,), (N,)
+        if left_truncation:  # the tokenizer keeps the last wordpieces of each side
+            question_starts = question_starts + question_lengths - question_kept
+            block_starts = block_starts + block_lengths - block_kept
+        row_lengths = question_kept + block_kept + 3  # (N,)
+        seq_len = int(row_lengths.max()) if len(block_ids) else 0
         # Column of each row's [CLS]: 0 on the right-padding default, the padding width on the left.
         row_start = seq_len - row_lengths if tokenizer.padding_side == "left" else np.zeros_like(row_lengths)
 
-        column = np.arange(seq_len)[None, :] - row_start[:, None]  # (K, L) position within the pair
-        first_sep = (question_kept + 1)[:, None]  # (K, 1)
-        second_sep = (question_kept + 2 + block_kept)[:, None]  # (K, 1)
+        column = np.arange(seq_len)[None, :] - row_start[:, None]  # (N, L) position within the pair
+        first_sep = (question_kept + 1)[:, None]  # (N, 1)
+        second_sep = (question_kept + 2 + block_kept)[:, None]  # (N, 1)
         in_row = (column >= 0) & (column <= second_sep)
         in_question = (column >= 1) & (column < first_sep)
         in_block = (column > first_sep) & (column < second_sep)
         is_special = (column == 0) | (column == first_sep) | (column == second_sep)
 
-        input_ids = np.full((len(block_ids), seq_len), tokenizer.pad_token_id, dtype=np.int64)  # (K, L)
-        if len(question):
-            input_ids[in_question] = question[np.clip(column - 1, 0, len(question) - 1)][in_question]
-        if len(self.blocks.token_ids):
-            block_index = np.clip(block_starts[:, None] + column - first_sep - 1, 0, len(self.blocks.token_ids) - 1)
-            input_ids[in_block] = self.blocks.token_ids[block_index[in_block]]
+        input_ids = np.full((len(block_ids), seq_len), tokenizer.pad_token_id, dtype=np.int64)  # (N, L)
+        if len(question_tokens):
+            question_index = np.clip(question_starts[:, None] + column - 1, 0, len(question_tokens) - 1)
+            input_ids[in_question] = question_tokens[question_index[in_question]]
+        if len(block_tokens):
+            block_index = np.clip(block_starts[:, None] + column - first_sep - 1, 0, len(block_tokens) - 1)
+            input_ids[in_block] = block_tokens[block_index[in_block]]
         input_ids[(column == 0)] = tokenizer.cls_token_id
         input_ids[in_row & ((column == first_sep) | (column == second_sep))] = tokenizer.sep_token_id
 
         pad_type = getattr(tokenizer, "pad_token_type_id", 0)
         token_type_ids = np.where(in_row, (column > first_sep).astype(np.int64), pad_type)
-        encoded = {
-            "input_ids": input_ids,
-            "token_type_ids": token_type_ids,
-            "attention_mask": in_row.astype(np.int64),
-            "special_tokens_mask": (is_special | ~in_row).astype(np.int64),
+        first_block_column = row_start + question_kept + 2  # (N,)
+        return {
+            "encoding": {
+                "input_ids": input_ids,
+                "token_type_ids": token_type_ids,
+                "attention_mask": in_row.astype(np.int64),
+                "special_tokens_mask": (is_special | ~in_row).astype(np.int64),
+            },
+            "block_begin": first_block_column,
+            "block_end": first_block_column + block_kept,
         }
-        if return_tensors is None:
-            encoded = {key: value.tolist() for key, value in encoded.items()}
-        encoded = BatchEncoding(encoded, tensor_type=return_tensors)
-        if answer_ids is None:
-            return None, None, None, encoded
-        first_block_column = row_start + question_kept + 2  # (K,)
-        second_sep_column = first_block_column + block_kept  # (K,)
-        return (*self._find_answers(input_ids, first_block_column, second_sep_column, answer_ids), encoded)
-
-    @staticmethod
-    def _find_answers(input_ids: np.ndarray, block_begin: np.ndarray, block_end: np.ndarray, answer_ids):
-        """Every occurrence of every answer starting inside each row's block, ordered as `RealmRetriever` does
-        (answer by answer, then by position) and padded with -1; a match may run past the block exactly as there."""
-        num_rows, seq_len = input_ids.shape
-        rows, answer_index, starts, widths = [], [], [], []
-        for index, answer in enumerate(answer_ids):
-            answer = np.asarray([int(token) for token in answer], dtype=np.int64)
-            width = len(answer)
-            if width == 0 or width > seq_len:
-                continue
-            windows = seq_len - width + 1
-            match = input_ids[:, :windows] == answer[0]  # (K, windows)
-            for offset in range(1, width):
-                match &= input_ids[:, offset : offset + windows] == answer[offset]
-            position = np.arange(windows)[None, :]
-            match &= (position >= block_begin[:, None]) & (position < block_end[:, None])
-            row, start = np.nonzero(match)
-            rows.append(row)
-            starts.append(start)
-            answer_index.append(np.full(len(row), index))
-            widths.append(np.full(len(row), width))
-        if rows:
-            rows, answer_index, starts, widths = map(np.concatenate, (rows, answer_index, starts, widths))
-        else:
-            rows = answer_index = starts = widths = np.zeros(0, dtype=np.int64)
-        order = np.lexsort((starts, answer_index, rows))
-        rows, starts, widths = rows[order], starts[order], widths[order]
-        counts = np.bincount(rows, minlength=num_rows)
-        max_answers = int(counts.max()) if num_rows else 0
-        # Rank of each match within its row: its index minus the index of the row's first match.
-        rank = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        start_pos = np.full((num_rows, max_answers), -1, dtype=np.int64)
-        end_pos = np.full((num_rows, max_answers), -1, dtype=np.int64)
-        start_pos[rows, rank] = starts
-        end_pos[rows, rank] = starts + widths - 1
-        return (counts > 0).tolist(), start_pos.tolist(), end_pos.tolist()

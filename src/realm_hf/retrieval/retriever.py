@@ -10,8 +10,10 @@ from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 from transformers import AutoTokenizer, BatchEncoding
 from transformers.utils import logging
 
-from ..modeling.checkpoint_files import HUB_KWARGS
+from ..checkpoints import HUB_KWARGS
 from .block_records import load_block_records, save_block_records
+from .interfaces import ReaderInputs
+from .reader_inputs import find_answer_spans, questions_and_answers, stack_reader_inputs
 
 logger = logging.get_logger(__name__)
 
@@ -66,8 +68,9 @@ class RealmRetriever:
             return_tensors (`str`, defaults to "pt"): tensor type of the returned encoding.
 
         Returns:
-            `(has_answers, start_pos, end_pos, concat_inputs)`: the first three are `None` without `answer_ids`;
-            `concat_inputs` holds `input_ids`, `token_type_ids`, `attention_mask` and `special_tokens_mask`, `(K, L)`.
+            [`ReaderInputs`] `(has_answers, start_pos, end_pos, concat_inputs)`: the first three are `None` without
+            `answer_ids`; `concat_inputs` holds `input_ids`, `token_type_ids`, `attention_mask` and
+            `special_tokens_mask`, `(K, L)`.
         """
         block_ids = checked_block_ids(retrieved_block_ids, len(self.block_records), "block records")
         if isinstance(self.block_records, (list, tuple)):
@@ -90,37 +93,42 @@ class RealmRetriever:
         )
         encoded = BatchEncoding(dict(concat_inputs), tensor_type=return_tensors)
         if answer_ids is None:
-            return None, None, None, encoded
-        return (*self.block_has_answer(concat_inputs, answer_ids), encoded)
+            return ReaderInputs(None, None, None, encoded)
+        return ReaderInputs(*self.block_has_answer(concat_inputs, answer_ids), encoded)
+
+    def retrieve(
+        self,
+        block_ids,
+        question_input_ids,
+        answer_ids: list | None = None,
+        max_length: int | None = None,
+        num_read: int | None = None,
+    ) -> ReaderInputs:
+        r"""
+        The batched [`Retriever`] call: block ids `(B, K)` and questions `(B, L)` to reader inputs `(B, R, L)`
+        (the first `num_read` blocks; all when `None`), with `has_answers` `(B, K)` and answer positions `(B, R, A)`
+        when `answer_ids` (one list of answers per question) is given. Each question goes through `__call__`, so
+        the reader inputs are exactly transformers 4.x's.
+        """
+        block_ids, questions, answers = questions_and_answers(block_ids, question_input_ids, answer_ids)
+        per_question = [
+            self(block_ids[index], questions[index : index + 1], answers[index], max_length=max_length)
+            for index in range(block_ids.shape[0])
+        ]
+        return stack_reader_inputs(per_question, num_read)
 
     def block_has_answer(self, concat_inputs, answer_ids) -> tuple[list[bool], list[list[int]], list[list[int]]]:
-        """Finds every occurrence of every answer inside each row's block (between its two `[SEP]`s).
+        """Finds every occurrence of every answer starting inside each row's block (between its two `[SEP]`s).
 
         Returns `(has_answers, start_pos, end_pos)` as Python lists; positions are padded with -1 to the largest
         number of matches in any row.
         """
-        sep_token_id = self.tokenizer.sep_token_id
-        answers = [list(answer) for answer in answer_ids if len(answer) > 0]
-        has_answers, start_pos, end_pos = [], [], []
-        for input_ids in concat_inputs["input_ids"]:
-            input_ids = [int(token) for token in input_ids]
-            first_sep = input_ids.index(sep_token_id)
-            second_sep = first_sep + 1 + input_ids[first_sep + 1 :].index(sep_token_id)
-            starts, ends = [], []
-            for answer in answers:
-                for index in range(first_sep + 1, second_sep):
-                    if input_ids[index] == answer[0] and input_ids[index : index + len(answer)] == answer:
-                        starts.append(index)
-                        ends.append(index + len(answer) - 1)
-            has_answers.append(len(starts) > 0)
-            start_pos.append(starts)
-            end_pos.append(ends)
-
-        max_answers = max((len(starts) for starts in start_pos), default=0)
-        for starts, ends in zip(start_pos, end_pos):
-            starts.extend([-1] * (max_answers - len(starts)))
-            ends.extend([-1] * (max_answers - len(ends)))
-        return has_answers, start_pos, end_pos
+        input_ids = np.asarray(concat_inputs["input_ids"], dtype=np.int64).reshape(len(concat_inputs["input_ids"]), -1)
+        is_sep = input_ids == self.tokenizer.sep_token_id  # (K, L)
+        first_sep = is_sep.argmax(axis=1)
+        after_first = np.arange(input_ids.shape[1])[None, :] > first_sep[:, None]
+        second_sep = (is_sep & after_first).argmax(axis=1)
+        return find_answer_spans(input_ids, first_sep + 1, second_sep, answer_ids)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *init_inputs, **kwargs):

@@ -1,16 +1,18 @@
 """Explains why a weights file failed to load: truncated or corrupt safetensors / PyTorch files.
 
 Transformers' own errors for a damaged file are low level ("[Errno 22] Invalid argument", "incomplete metadata");
-`describe_damaged_weights` reads the file's framing and says what was expected and what was found.
+[`explain_load_failure`] finds the weights files of a directory or of a repo id in the Hub cache (no download), reads
+their framing and says what was expected and what was found. `register()` hands it to the REALM models, whose
+`from_pretrained` raises that sentence (modeling/ itself reads no files).
 """
 
-import json
 import os
-import struct
 import zipfile
 from pathlib import Path
 
 from huggingface_hub import try_to_load_from_cache
+
+from .safetensors_format import check_complete, read_file_header
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # The `from_pretrained` keyword arguments that say where files come from on the Hub.
@@ -36,26 +38,11 @@ def describe_damaged_weights(path: Path) -> str | None:
     size = path.stat().st_size
     fix = f"Download it again (from_pretrained(..., force_download=True)) or re-save the model; file: {path}"
     if path.suffix == ".safetensors":
-        with open(path, "rb") as handle:
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                return f"{path.name} is truncated: expected at least an 8-byte header length, found {size} bytes. {fix}"
-            (header_size,) = struct.unpack("<Q", prefix)
-            if 8 + header_size > size:
-                return (
-                    f"{path.name} is corrupt or truncated: its header claims {header_size} bytes but the file has "
-                    f"{size} bytes in all. {fix}"
-                )
-            try:
-                header = json.loads(handle.read(header_size))
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                return f"{path.name} has an unreadable header ({error}). {fix}"
-        data_end = max(
-            (entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0
-        )
-        expected = 8 + header_size + data_end
-        if expected != size:
-            return f"{path.name} is truncated or corrupt: its header describes {expected} bytes, found {size}. {fix}"
+        try:
+            data_start, header, size = read_file_header(path)
+            check_complete(header, data_start, size, path.name)
+        except (ValueError, KeyError, TypeError, IndexError) as error:
+            return f"{error}. {fix}"
         return None
     if path.suffix == ".bin":
         if not zipfile.is_zipfile(path):
@@ -68,3 +55,17 @@ def describe_damaged_weights(path: Path) -> str | None:
         if broken is not None:
             return f"{path.name} is corrupt: the archive member {broken!r} fails its checksum. {fix}"
     return None
+
+
+def explain_load_failure(
+    name_or_path: str | os.PathLike, subfolder: str = "", revision: str | None = None
+) -> str | None:
+    """Why loading weights from `name_or_path` failed, when a damaged weights file explains it; else `None`."""
+    for path in find_weight_files(name_or_path, subfolder, revision):
+        problem = describe_damaged_weights(path)
+        if problem is not None:
+            return problem
+    return None
+
+
+__all__ = ["HUB_KWARGS", "WEIGHT_FILES", "describe_damaged_weights", "explain_load_failure", "find_weight_files"]

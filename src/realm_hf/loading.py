@@ -1,0 +1,281 @@
+"""One loader for every open-QA layout realm_hf reads or writes: the model, what it searches and what it reads.
+
+[`load_open_qa`] (also behind `pipeline("open-qa", model=...)`, `realm-hf ask|evaluate --model X [--index DIR]`)
+finds, for a directory or Hub repo id:
+
+- **the searcher** (the block embeddings): `searcher=` if given; else the index directory `index=`; else the
+  location's `index/` (an `index.json` and its shards); else none, and the model searches its own `block_emb` (the
+  4.x layout, `config.store_block_emb: true`).
+- **the documents** (the block texts, by block id): `retriever=` if given; else the `documents/` of the index
+  directory `index=`, `index/documents/`, `documents/` (a `DocumentStore`), `corpus.json` (a corpus rebuilt from
+  installed packages: the default model), `block_records.safetensors` or the Hub's pickled `block_records.npy`.
+
+See docs/loading.md for the layouts and what writes each one.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.utils import logging
+
+from .checkpoints import HUB_KWARGS
+from .modeling import RealmForOpenQA
+
+logger = logging.get_logger(__name__)
+
+INDEX_DIR = "index"
+DOCUMENTS_DIR = "documents"
+CORPUS_FILE = "corpus.json"
+INDEX_MANIFEST = "index.json"
+# Corpus builders a corpus.json may name; nothing else is imported from it.
+CORPUS_BUILDERS = {"realm_hf.data.corpora.build_offline_corpus"}
+
+
+@dataclass
+class OpenQARetrieval:
+    """What a model searches and reads, as found by [`find_retrieval`].
+
+    Attributes:
+        retriever: turns block ids into reader inputs ([`PreTokenizedRetriever`] by default, [`RealmRetriever`] with
+            `pretokenized=False`).
+        searcher: the index searcher, or `None` when the model searches its own `block_emb`.
+        sources (`dict[str, str]`): where the documents and the embeddings came from, for messages.
+    """
+
+    retriever: Any
+    searcher: Any
+    sources: dict
+
+
+def _hub_kwargs(kwargs: dict) -> dict:
+    return {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+
+
+def _local_directory(name_or_path, hub_kwargs: dict) -> Path | None:
+    directory = Path(name_or_path) / hub_kwargs.get("subfolder", "")
+    return directory if directory.is_dir() else None
+
+
+def _hub_index(repo_id: str, hub_kwargs: dict) -> Path | None:
+    """The `index/` folder of a Hub repo (as `realm-hf push --index` uploads it), downloaded or from the cache."""
+    from huggingface_hub import hf_hub_download, snapshot_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    subfolder = hub_kwargs.get("subfolder", "")
+    prefix = f"{subfolder}/{INDEX_DIR}" if subfolder else INDEX_DIR
+    options = {key: value for key, value in hub_kwargs.items() if key != "subfolder"}
+    try:
+        hf_hub_download(repo_id, INDEX_MANIFEST, subfolder=prefix, **options)
+    except (EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError, OSError):
+        return None
+    allowed = {
+        key: value
+        for key, value in options.items()
+        if key in ("cache_dir", "revision", "token", "local_files_only", "force_download")
+    }
+    snapshot = snapshot_download(repo_id, allow_patterns=[f"{prefix}/*", f"{prefix}/{DOCUMENTS_DIR}/*"], **allowed)
+    return Path(snapshot) / prefix
+
+
+def _open_documents(location: Path):
+    from .retrieval.document_store import DocumentStore
+
+    return DocumentStore.load(location)
+
+
+def _documents_from_corpus_file(path: Path):
+    from .default_model import offline_corpus_store
+
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    builder = spec.get("builder")
+    if builder not in CORPUS_BUILDERS:
+        raise ValueError(f"{path}: expected a builder among {sorted(CORPUS_BUILDERS)}, received {builder!r}.")
+    return offline_corpus_store(expected=spec)
+
+
+def _find_block_records(name_or_path, directory: Path | None, index_dir: Path | None, hub_kwargs: dict):
+    """The block texts by id and where they came from: `(records, source)`."""
+    from .retrieval.retriever import BLOCK_RECORDS_NAME, LEGACY_BLOCK_RECORDS_NAME, _resolve_block_records
+
+    candidates = []
+    if index_dir is not None:
+        candidates.append(index_dir / DOCUMENTS_DIR)
+    if directory is not None:
+        candidates += [directory / INDEX_DIR / DOCUMENTS_DIR, directory / DOCUMENTS_DIR]
+    for location in candidates:
+        if location.is_dir():
+            return _open_documents(location).as_block_records(), str(location)
+    if directory is not None and (directory / CORPUS_FILE).is_file():
+        return _documents_from_corpus_file(directory / CORPUS_FILE).as_block_records(), str(directory / CORPUS_FILE)
+    from .retrieval.block_records import load_block_records
+
+    try:
+        path = _resolve_block_records(str(name_or_path), hub_kwargs)
+    except FileNotFoundError as error:
+        found = f"has an index ({index_dir}) but no documents" if index_dir is not None else "holds no documents"
+        raise ValueError(
+            f"{name_or_path} {found}: expected {DOCUMENTS_DIR}/ in the index (a DocumentStore, as `realm-hf index "
+            f"build` writes it), or in the model directory {DOCUMENTS_DIR}/, {CORPUS_FILE}, {BLOCK_RECORDS_NAME} or "
+            f"{LEGACY_BLOCK_RECORDS_NAME}."
+        ) from error
+    return load_block_records(path), path
+
+
+def find_retrieval(
+    name_or_path: str | os.PathLike,
+    index: str | os.PathLike | None = None,
+    *,
+    searcher=None,
+    tokenizer=None,
+    pretokenized: bool = True,
+    **kwargs,
+) -> OpenQARetrieval:
+    r"""
+    Finds what a model at `name_or_path` searches and reads (see this module's docstring for the order).
+
+    Args:
+        name_or_path (`str` or `os.PathLike`): a model directory or Hub repo id.
+        index (`str` or `os.PathLike`, *optional*): an index directory (`realm-hf index build`) to search instead of
+            the model's own embeddings; its `documents/` are read when it has them.
+        searcher (*optional*): a ready searcher (e.g. a `FaissSearcher`), instead of any index.
+        tokenizer (*optional*): the tokenizer; loaded from `name_or_path` when `None`.
+        pretokenized (`bool`, defaults to `True`): a [`PreTokenizedRetriever`] that tokenizes each block once, when
+            first retrieved, and builds reader inputs from ids; `False` gives transformers 4.x's [`RealmRetriever`].
+        kwargs: Hub options (`revision`, `cache_dir`, `token`, `local_files_only`, `subfolder`).
+    """
+    from .retrieval import ExactSearcher, PreTokenizedRetriever, RealmRetriever
+
+    hub_kwargs = _hub_kwargs(kwargs)
+    directory = _local_directory(name_or_path, hub_kwargs)
+    index_dir = Path(index) if index is not None else None
+    sources = {}
+    if index_dir is not None and not (index_dir / INDEX_MANIFEST).is_file():
+        nested = index_dir / INDEX_DIR
+        if (nested / INDEX_MANIFEST).is_file():  # a model directory with an index/ was given as the index
+            index_dir = nested
+        else:
+            raise ValueError(f"--index / index= expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
+                             f"index build` writes it); {index_dir} has none.")  # fmt: skip
+    if searcher is None:
+        own_index = None
+        if index_dir is None:
+            if directory is not None:
+                own_index = directory / INDEX_DIR if (directory / INDEX_DIR / INDEX_MANIFEST).is_file() else None
+            else:
+                own_index = _hub_index(str(name_or_path), hub_kwargs)
+        search_dir = index_dir if index_dir is not None else own_index
+        if search_dir is not None:
+            searcher = ExactSearcher.from_index(search_dir)
+            sources["embeddings"] = str(search_dir)
+            if index_dir is None:
+                index_dir = own_index
+    records, sources["documents"] = _find_block_records(name_or_path, directory, index_dir, hub_kwargs)
+    if searcher is not None and searcher.num_blocks != len(records):
+        raise ValueError(
+            f"the index at {sources.get('embeddings', 'searcher=')} holds {searcher.num_blocks} blocks but the "
+            f"documents at {sources['documents']} hold {len(records)}: block ids would point at the wrong text. Pass "
+            "the index built over these documents (realm-hf index build writes both)."
+        )
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, **hub_kwargs)
+    if pretokenized:
+        retriever = PreTokenizedRetriever.from_block_records(records, tokenizer)
+    else:
+        retriever = RealmRetriever(block_records=records, tokenizer=tokenizer)
+    return OpenQARetrieval(retriever=retriever, searcher=searcher, sources=sources)
+
+
+def check_searcher_fits(model: RealmForOpenQA, searcher, source: str = "the index") -> None:
+    """Raises a clear error unless `searcher` holds embeddings of the model's retriever size."""
+    dim = getattr(searcher, "dim", None)
+    if dim is not None and dim != model.config.retriever_proj_size:
+        raise ValueError(
+            f"{source} holds {dim}-d block embeddings but the model's embedder makes "
+            f"{model.config.retriever_proj_size}-d ones (config.retriever_proj_size): build the index with this "
+            "model's embedder (realm-hf index build --model ...)."
+        )
+
+
+def load_open_qa(
+    name_or_path: str | os.PathLike | None = None,
+    index: str | os.PathLike | None = None,
+    *,
+    searcher=None,
+    retriever=None,
+    dtype: torch.dtype = torch.float32,
+    pretokenized: bool = True,
+    **kwargs,
+) -> tuple[RealmForOpenQA, Any]:
+    r"""
+    Loads a `RealmForOpenQA` with what it searches and reads: `(model, retriever)`, ready for `pipeline("open-qa")`.
+
+    Args:
+        name_or_path (`str` or `os.PathLike`, *optional*): a directory in any layout of docs/loading.md or a Hub repo
+            id; defaults to the default model (`realm_hf.default_model.default_model_dir()`).
+        index (`str` or `os.PathLike`, *optional*): an index directory to search (e.g. from `realm-hf index build`
+            over your corpus, with any model whose embedder makes embeddings of the same size).
+        searcher (*optional*): a ready searcher instead (`ExactSearcher`, `FaissSearcher`, ...).
+        retriever (*optional*): a ready retriever (block texts + tokenizer) instead of the documents found.
+        dtype (`torch.dtype`, defaults to float32): weights are cast to it (the default model ships fp16 weights; fp16
+            matrix products are slow on CPUs).
+        pretokenized (`bool`, defaults to `True`): see [`find_retrieval`].
+        kwargs: Hub options (`revision`, `cache_dir`, `token`, `local_files_only`, `subfolder`).
+    """
+    if name_or_path is None:
+        from .default_model import default_model_dir
+
+        name_or_path = default_model_dir()
+        if name_or_path is None:
+            raise ValueError("no model given and the default model is not installed (models/realm-minilm-factbook, "
+                             "or $REALM_HF_DEFAULT_MODEL): pass a model directory or Hub repo id.")  # fmt: skip
+    hub_kwargs = _hub_kwargs(kwargs)
+    if retriever is None:
+        found = find_retrieval(name_or_path, index, searcher=searcher, pretokenized=pretokenized, **hub_kwargs)
+        retriever, searcher = found.retriever, found.searcher
+    elif index is not None and searcher is None:
+        from .retrieval import ExactSearcher
+
+        searcher = ExactSearcher.from_index(index)
+    model = RealmForOpenQA.from_pretrained(name_or_path, retriever=retriever, searcher=searcher, dtype=dtype,
+                                           **hub_kwargs)  # fmt: skip
+    if searcher is not None:
+        check_searcher_fits(model, searcher, str(index) if index is not None else "the index")
+    return model.eval(), retriever
+
+
+def save_open_qa(
+    model: RealmForOpenQA, retriever, save_directory: str | os.PathLike, tokenizer=None, **kwargs
+) -> None:
+    """Writes a model with what it searches and reads so that [`load_open_qa`] (and `pipeline("open-qa")`) loads
+    it back identically: the model (`kwargs` go to its `save_pretrained`), the tokenizer, the documents
+    (`documents/` when they come from a `DocumentStore`, which keeps titles; else `block_records.safetensors`) and,
+    when the model searches an index, that index under `index/`."""
+    from .retrieval import ExactSearcher
+    from .retrieval.block_records import save_block_records
+    from .retrieval.retriever import BLOCK_RECORDS_NAME
+
+    save_directory = Path(save_directory)
+    model.save_pretrained(save_directory, **kwargs)
+    records = retriever.block_records
+    store = getattr(records, "store", None)
+    if store is not None and getattr(records, "include_title", True):
+        store.save(save_directory / DOCUMENTS_DIR)
+    else:
+        save_block_records(records, save_directory / BLOCK_RECORDS_NAME)
+    if model.searcher is not None:
+        if not isinstance(model.searcher, ExactSearcher):
+            raise TypeError(
+                f"the model searches a {type(model.searcher).__name__}, which save_pretrained cannot write as an "
+                f"{INDEX_DIR}/: save it yourself (searcher.save(dir)) and load with index= / searcher=."
+            )
+        model.searcher.save(save_directory / INDEX_DIR)
+    (tokenizer if tokenizer is not None else retriever.tokenizer).save_pretrained(save_directory)
+
+
+__all__ = ["OpenQARetrieval", "check_searcher_fits", "find_retrieval", "load_open_qa", "save_open_qa"]

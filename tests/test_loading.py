@@ -1,0 +1,202 @@
+"""The one loader over every layout (docs/loading.md), each save -> load round trip answering identically, `--index`
+with the CLI, and the two-command own-corpus flow. Models are the tiny demo model, built in code in seconds."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import seed_hub_cache
+from transformers import pipeline
+
+from realm_hf import RealmForOpenQA, RealmRetriever, load_open_qa
+from realm_hf.default_model import default_model_dir
+from realm_hf.demo import DEMO_QUESTIONS, ensure_demo_model, load_demo_corpus
+from realm_hf.loading import find_retrieval
+from realm_hf.retrieval import DocumentStore, ExactSearcher, PreTokenizedRetriever, offload_block_embeddings
+from realm_hf.retrieval.index_builder import write_index
+
+QUESTIONS = [*DEMO_QUESTIONS, "Who wrote Hamlet?", "Where does the Nile flow?"]
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    return ensure_demo_model(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def index_layout(demo_dir, tmp_path_factory):
+    """The demo model as a directory with `index/` (its block embeddings) and `documents/` (titled)."""
+    layout = tmp_path_factory.mktemp("index-layout")
+    model = RealmForOpenQA.from_pretrained(demo_dir)
+    offload_block_embeddings(model, layout / "index")
+    model.save_pretrained(layout)
+    RealmRetriever.from_pretrained(demo_dir).tokenizer.save_pretrained(layout)
+    DocumentStore.from_records(load_demo_corpus(), cache_dir=layout / "scratch").save(layout / "documents")
+    return layout
+
+
+def _answers(open_qa, questions=QUESTIONS) -> list:
+    return open_qa(questions, batch_size=2, top_k=3)
+
+
+def _assert_same(received: list, expected: list) -> None:
+    """Same answers, offsets, block ids, titles and evidence; scores to rounding."""
+    assert len(received) == len(expected)
+    for got_answers, want_answers in zip(received, expected, strict=True):
+        assert len(got_answers) == len(want_answers)
+        for got, want in zip(got_answers, want_answers, strict=True):
+            assert got["score"] == pytest.approx(want["score"], rel=1e-4, abs=1e-6)
+            assert {k: v for k, v in got.items() if k != "score"} == {k: v for k, v in want.items() if k != "score"}
+
+
+def _round_trip(open_qa, directory) -> list:
+    open_qa.save_pretrained(directory)
+    return _answers(pipeline("open-qa", model=str(directory), device="cpu"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# every layout, through the pipeline and load_open_qa, and its round trip
+
+
+def test_block_records_layout_round_trips(demo_dir, tmp_path):
+    open_qa = pipeline("open-qa", model=str(demo_dir), device="cpu")
+    assert open_qa.model.searcher is None and open_qa.model.block_emb.shape[0] == 16  # the 4.x layout
+    assert isinstance(open_qa.retriever, PreTokenizedRetriever)
+    expected = _answers(open_qa)
+    _assert_same(_round_trip(open_qa, tmp_path / "saved"), expected)
+    model, retriever = load_open_qa(tmp_path / "saved")
+    _assert_same(_answers(pipeline("open-qa", model=model, retriever=retriever, device="cpu")), expected)
+
+
+def test_hub_repo_id_of_the_block_records_layout_loads_offline(demo_dir):
+    seed_hub_cache("someone/realm-demo", demo_dir)
+    expected = _answers(pipeline("open-qa", model=str(demo_dir), device="cpu"))
+    _assert_same(_answers(pipeline("open-qa", model="someone/realm-demo", device="cpu")), expected)
+    model, retriever = load_open_qa("someone/realm-demo")
+    _assert_same(_answers(pipeline("open-qa", model=model, retriever=retriever, device="cpu")), expected)
+
+
+def test_index_and_documents_layout_round_trips_with_titles(demo_dir, index_layout, tmp_path):
+    open_qa = pipeline("open-qa", model=str(index_layout), device="cpu")
+    assert open_qa.model.block_emb.numel() == 0 and open_qa.model.searcher.num_blocks == 16
+    expected = _answers(open_qa)
+    corpus = load_demo_corpus()
+    assert all(answer["title"] == corpus[answer["block_id"]]["title"] for answers in expected for answer in answers)
+    saved = tmp_path / "saved"
+    _assert_same(_round_trip(open_qa, saved), expected)
+    assert (saved / "index" / "index.json").is_file() and (saved / "documents").is_dir()
+    assert not (saved / "block_records.safetensors").exists()
+
+
+def test_index_given_separately_answers_like_the_model_that_holds_it(demo_dir, index_layout, tmp_path):
+    expected = _answers(pipeline("open-qa", model=str(index_layout), device="cpu"))
+    # A model with its own block_emb (the 4.x layout) searches the given index and reads its documents instead.
+    separate = tmp_path / "my-index"
+    shutil.copytree(index_layout / "index", separate)
+    shutil.copytree(index_layout / "documents", separate / "documents")
+    open_qa = pipeline("open-qa", model=str(demo_dir), index=str(separate), device="cpu")
+    _assert_same(_answers(open_qa), expected)
+    model, retriever = load_open_qa(demo_dir, index=separate)
+    assert isinstance(model.searcher, ExactSearcher)
+    _assert_same(_answers(pipeline("open-qa", model=model, retriever=retriever, device="cpu")), expected)
+    # ... and it round-trips: the saved directory carries the index it searched.
+    _assert_same(_round_trip(open_qa, tmp_path / "saved"), expected)
+
+
+def test_a_searcher_object_replaces_the_index(demo_dir, index_layout):
+    searcher = ExactSearcher.from_index(index_layout / "index")
+    expected = _answers(pipeline("open-qa", model=str(index_layout), device="cpu"))
+    open_qa = pipeline("open-qa", model=str(index_layout), searcher=searcher, device="cpu")
+    assert open_qa.model.searcher is searcher
+    _assert_same(_answers(open_qa), expected)
+
+
+def test_the_4x_retriever_is_one_flag_away_and_answers_alike(demo_dir):
+    found = find_retrieval(demo_dir, pretokenized=False)
+    assert isinstance(found.retriever, RealmRetriever) and found.searcher is None
+    model = RealmForOpenQA.from_pretrained(demo_dir)
+    # Questions without [UNK] pieces: RealmRetriever drops those when it decodes the question (the documented
+    # difference of the pre-tokenized path, which reads the question as the question encoder saw it).
+    questions = QUESTIONS[:4]
+    expected = _answers(pipeline("open-qa", model=str(demo_dir), device="cpu"), questions)
+    _assert_same(
+        _answers(pipeline("open-qa", model=model, retriever=found.retriever, device="cpu"), questions), expected
+    )
+
+
+@pytest.mark.slow
+def test_the_default_model_round_trips(tmp_path):
+    directory = default_model_dir()
+    if directory is None:
+        pytest.skip("the default model is not in this checkout (models/realm-minilm-factbook)")
+    open_qa = pipeline("open-qa", model=str(directory), device="cpu")
+    assert open_qa.model.dtype == torch.float32  # fp16 weights, cast for the CPU
+    questions = ["What is the capital of Kenya?", "Who wrote Hamlet?"]
+    expected = open_qa(questions, batch_size=2, top_k=2)
+    assert expected[0][0]["answer"] == "Nairobi"
+    open_qa.save_pretrained(tmp_path / "saved")
+    reloaded = pipeline("open-qa", model=str(tmp_path / "saved"), device="cpu")
+    _assert_same(reloaded(questions, batch_size=2, top_k=2), expected)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# errors
+
+
+def test_mismatched_index_is_refused_with_sizes(demo_dir, tmp_path):
+    write_index(torch.randn(16, 8), tmp_path / "narrow")
+    with pytest.raises(ValueError, match=r"holds 8-d block embeddings but the model's embedder makes 32-d"):
+        load_open_qa(demo_dir, index=tmp_path / "narrow")
+    write_index(torch.randn(5, 32), tmp_path / "short")
+    with pytest.raises(ValueError, match=r"holds 5 blocks but the documents at .* hold 16"):
+        load_open_qa(demo_dir, index=tmp_path / "short")
+    with pytest.raises(ValueError, match=r"expects an index directory holding index.json"):
+        load_open_qa(demo_dir, index=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the command line: build an index over my JSONL, ask over it
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "realm_hf.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600)  # fmt: skip
+
+
+def test_two_commands_build_an_index_over_my_jsonl_and_ask_over_it(demo_dir, tmp_path, monkeypatch):
+    import os
+
+    corpus = tmp_path / "my.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in load_demo_corpus()[:10]), encoding="utf-8")
+    # No --model: the default model (here the demo model, through $REALM_HF_DEFAULT_MODEL) embeds and reads.
+    env = {**os.environ, "REALM_HF_DEFAULT_MODEL": str(demo_dir)}
+    built = _cli("index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "my-index"), "--quiet", env=env)
+    assert built.returncode == 0, built.stderr
+    asked = _cli("ask", "--index", str(tmp_path / "my-index"), "--json", "--top-k", "2", *QUESTIONS[:2], env=env)
+    assert asked.returncode == 0, asked.stderr
+    answers = [json.loads(line) for line in asked.stdout.splitlines()]
+    rows = load_demo_corpus()[:10]
+    assert len(answers) == 4 and all(0 <= answer["block_id"] < 10 for answer in answers)
+    for answer in answers:
+        assert answer["title"] == rows[answer["block_id"]]["title"]
+        assert answer["evidence"][answer["start"] : answer["end"]] == answer["answer"]
+    # The same answers through the Python API.
+    monkeypatch.setenv("REALM_HF_DEFAULT_MODEL", str(demo_dir))
+    model, retriever = load_open_qa(index=tmp_path / "my-index")
+    expected = pipeline("open-qa", model=model, retriever=retriever, device="cpu")(QUESTIONS[:2], top_k=2)
+    assert [(a["block_id"], a["answer"]) for a in answers] == [
+        (a["block_id"], a["answer"]) for answers in expected for a in answers
+    ]
+
+
+def test_evaluate_takes_an_index(demo_dir, index_layout, tmp_path):
+    data = tmp_path / "dev.jsonl"
+    data.write_text(json.dumps({"question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]}) + "\n")
+    result = _cli("evaluate", "--model", str(demo_dir), "--index", str(index_layout / "index"), "--data", str(data),
+                  "--json", "--k", "1,5")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(result.stdout)
+    assert metrics["num_questions"] == 1 and "recall@5" in json.dumps(metrics)
