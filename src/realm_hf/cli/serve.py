@@ -33,17 +33,8 @@ def missing_serve_modules() -> list[str]:
 
 def load_open_qa_model(name_or_path: str, index: str | None = None):
     """`(model, retriever)` for `name_or_path`, with the index at `index` when given: the one place `serve` loads."""
-    import inspect
+    from realm_hf.loading import load_open_qa
 
-    from realm_hf.default_model import load_open_qa
-
-    if index is None:
-        return load_open_qa(name_or_path)
-    if "index" not in inspect.signature(load_open_qa).parameters:
-        raise ValueError(
-            f"--index {index!r}: this version of realm_hf loads an index only from the model directory's index/; "
-            "copy or link the index there and pass --model alone."
-        )
     return load_open_qa(name_or_path, index=index)
 
 
