@@ -54,7 +54,7 @@ setup(
     include_package_data=True,
     install_requires=install_requires,
     extras_require=extras,
-    entry_points={"console_scripts": ["realm-hf=realm_hf.cli.main:main"]},
+    entry_points={"console_scripts": ["realm-hf=realm_hf_cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

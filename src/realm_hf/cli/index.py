@@ -4,8 +4,9 @@ import argparse
 import json
 from pathlib import Path
 
-from realm_hf.retrieval.index_builder import DOCUMENTS_DIR
-
+# The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
+# torch, and parsers must not).
+DOCUMENTS_DIR = "documents"
 HELP = """\
 An index directory holds the block embeddings (index.json + safetensors shards) and, under documents/, the corpus
 they were computed from. Block ids are stable: adding documents appends ids and never renumbers.

@@ -2,10 +2,13 @@
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import RealmHfArgumentParser, model_location, positive_int
 
 DESCRIPTION = """\
 REALM / ORQA retrieval-augmented question answering on Transformers 5.
@@ -32,7 +35,7 @@ examples:
 def _load(model_path: str):
     from realm_hf.default_model import load_open_qa
 
-    return load_open_qa(model_path)
+    return load_open_qa(model_location(model_path))
 
 
 def answer_questions(model, retriever, questions: list[str], batch_size: int = 8, top_k: int = 1) -> list[dict]:
@@ -150,8 +153,8 @@ def cmd_ask(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="realm-hf", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = RealmHfArgumentParser(prog="realm-hf", description=DESCRIPTION,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = subparsers.add_parser("demo", help="build the untrained demo model and answer sample questions",
@@ -191,16 +194,77 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code for an exception a command raised: 2 for usage errors, 130 for an interrupt, 1 otherwise."""
+    from realm_hf.errors import UsageError
+
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return EXIT_USAGE if isinstance(error, UsageError) else EXIT_FAILURE
+
+
+def one_line(error: BaseException) -> str:
+    """`error`'s message on one line. Errors of ours and the built-in ValueError/OSError speak for themselves; anything
+    else is probably a bug, and says so with its type."""
+    from realm_hf.errors import RealmHfError
+
+    message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    if isinstance(error, RealmHfError | ValueError | OSError):
+        return message
+    return f"{type(error).__name__}: {message} (unexpected: rerun with --debug for the traceback, and report it)"
+
+
+def _debugging(args) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("REALM_HF_DEBUG", "") not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parses `argv` (before any heavy import: `--help` and usage errors answer at once), then runs the command.
+
+    A failure ends with one line on stderr, `realm-hf COMMAND: error: ...`, and exit code 2 (usage) or 1 (anything
+    else); Ctrl-C or SIGINT ends with one line saying the run can be resumed, and exit code 130. `--debug` or
+    `REALM_HF_DEBUG=1` lets the exception through with its traceback instead.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    subcommands = [getattr(args, name, None) for name in ("index_command", "convert_command")]
+    prog = " ".join(["realm-hf", args.command, *filter(None, subcommands)])
+    # A process started in the background by a non-interactive shell inherits SIGINT as *ignored*, and Python then
+    # never raises KeyboardInterrupt: `kill -INT <pid>` (process managers, `timeout -s INT`) did nothing to a build.
+    previous_handler = None
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        _finish_package_import()
         return args.func(args)
+    except KeyboardInterrupt:
+        if _debugging(args):
+            raise
+        print(f"{prog}: interrupted; run the same command again to resume where it stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        if _debugging(args):
+            raise
+        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
+        return exit_code(error)
     finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
         _close_process_group()
+
+
+def _finish_package_import() -> None:
+    """Runs `realm_hf/__init__.py` if the `realm-hf` entry point (`realm_hf_cli`) deferred it to parse the command
+    line quickly: a command then sees the package exactly as after `import realm_hf` (Auto classes registered)."""
+    package = sys.modules.get("realm_hf")
+    if package is not None and package.__dict__.pop("__realm_hf_deferred_init__", False):
+        package.__spec__.loader.exec_module(package)
 
 
 def _close_process_group() -> None:

@@ -45,6 +45,43 @@ class RealmBertModel(BertModel):
     config_class = RealmConfig
     base_model_prefix = "realm"
 
+    def __init__(self, config: RealmConfig, *args, **kwargs):
+        # The config validates itself when constructed, but a field set afterwards (say position_embedding_type =
+        # "relative_key") would otherwise build a different model silently.
+        config.validate_architecture()
+        super().__init__(config, *args, **kwargs)
+
+    def forward(self, input_ids=None, *args, output_attentions=None, output_hidden_states=None, **kwargs):
+        # Transformers 5's BertModel reads an explicit None as False; REALM's models, as in 4.x, use the config's.
+        _check_input_ids(input_ids, self.config, kwargs.get("position_ids"))
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return super().forward(
+            input_ids, *args, output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs
+        )
+
+
+def _check_input_ids(input_ids: torch.Tensor | None, config: RealmConfig, position_ids=None) -> None:
+    """A clear ValueError for ids the embeddings cannot look up (an IndexError deep in torch otherwise) and for
+    sequences longer than the position embeddings (a tensor size mismatch otherwise)."""
+    if input_ids is None or input_ids.numel() == 0:
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= config.vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"input_ids hold token id {bad}, outside this model's vocabulary of {config.vocab_size} ids (expected ids "
+            f"in 0..{config.vocab_size - 1}); was the input made with another model's tokenizer?"
+        )
+    if position_ids is None and input_ids.shape[-1] > config.max_position_embeddings:
+        raise ValueError(
+            f"input_ids hold {input_ids.shape[-1]} tokens per sequence, more than this model's "
+            f"{config.max_position_embeddings} position embeddings (config.max_position_embeddings); truncate them, "
+            f"e.g. tokenizer(..., truncation=True, max_length={config.max_position_embeddings})."
+        )
+
 
 class RealmScorerProjection(nn.Module):
     """Projects the pooled `[CLS]` state to the retrieval space: dense -> LayerNorm (D = retriever_proj_size).
