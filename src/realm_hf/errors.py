@@ -25,13 +25,12 @@ class InputError(RealmHfError, ValueError):
 
 
 class FileFormatError(RealmHfError, ValueError):
-    """A file the user gave is malformed or not of the expected kind. `path` is the file, `location` where in it
-    ("line 3", "byte 17"), when known."""
+    """A file the user gave is malformed or not of the expected kind. The message names the file; `path` holds it
+    and `location` where in it ("line 3", "byte 17"), when known."""
 
-    def __init__(self, path, message: str, location: str | None = None):
-        self.path, self.location = str(path), location
-        where = f"{self.path}, {location}" if location else self.path
-        super().__init__(f"{where}: {message}")
+    def __init__(self, message: str, *, path=None, location: str | None = None):
+        self.path, self.location = (str(path) if path is not None else None), location
+        super().__init__(message)
 
 
 class IndexMismatchError(FileFormatError):

@@ -33,7 +33,9 @@ def open_corpus(path: str):
     if location.name.startswith("block_records") or location.suffix in (".npy", ".safetensors"):
         return DocumentStore.from_block_records(location)
     if not location.is_file():
-        raise FileNotFoundError(f"corpus {path!r} does not exist.")
+        from realm_hf.errors import MissingFileError
+
+        raise MissingFileError(f"corpus {path!r} does not exist (expected a file or a saved document store)")
     return DocumentStore.from_file(location)
 
 
@@ -42,20 +44,42 @@ def _load_embedder(model: str):
 
     from realm_hf import RealmEmbedder
 
+    from .arguments import model_location
+
+    model = model_location(model)
     return RealmEmbedder.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
 
 
 def cmd_build(args) -> int:
+    from realm_hf.errors import FileFormatError, IndexMismatchError
     from realm_hf.retrieval.distributed import process_state
-    from realm_hf.retrieval.index_builder import build_index
+    from realm_hf.retrieval.document_store import DocumentStore
+    from realm_hf.retrieval.index_builder import build_index, refuse_finished_index
 
-    state = process_state()
     output = Path(args.output)
-    embedder, tokenizer = _load_embedder(args.model)
+    refuse_finished_index(output)
+    # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
     store = open_corpus(args.corpus)
-    if state.is_main_process and not (output / DOCUMENTS_DIR).is_dir():
-        output.mkdir(parents=True, exist_ok=True)
-        store.save(output / DOCUMENTS_DIR)
+    if len(store) == 0:
+        raise FileFormatError(f"corpus {args.corpus}: expected at least one document with a text, found none",
+                              path=args.corpus)  # fmt: skip
+    state = process_state()
+    embedder, tokenizer = _load_embedder(args.model)
+    if state.is_main_process:
+        stored = output / DOCUMENTS_DIR
+        if stored.is_dir():
+            # A partial build: resume only over the same corpus (documents/ is saved atomically, before any shard).
+            previous = DocumentStore.load(stored)
+            if previous.fingerprint() != store.fingerprint():
+                raise IndexMismatchError(
+                    f"{output} holds a partial build over another corpus ({len(previous)} documents in {stored}, "
+                    f"{len(store)} in {args.corpus}): rerun with the corpus it was started with to resume, or choose "
+                    "a new --output",
+                    path=stored,
+                )  # fmt: skip
+        else:
+            output.mkdir(parents=True, exist_ok=True)
+            store.save(stored)
     state.wait_for_everyone()
     manifest = build_index(
         embedder, tokenizer, store, output, shard_size=args.shard_size, batch_size=args.batch_size,

@@ -398,6 +398,9 @@ class RealmEmbedder(RealmPreTrainedModel):
     """
 
     _prefix_in_checkpoints_of = {"RealmForOpenQA": "embedder", "RealmScorer": "embedder"}
+    # The MLM head REALM never calls (see RealmScorerProjection): open-QA checkpoints and the default model drop it, and
+    # loading their embedder (as `realm-hf index build` does) is not worth a "MISSING ... consider training" report.
+    _keys_to_ignore_on_load_missing = [r"^cls\.predictions\."]
 
     _tied_weights_keys = {"cls.predictions.decoder.bias": "cls.predictions.bias"}
 
@@ -1007,6 +1010,12 @@ class RealmForOpenQA(RealmPreTrainedModel):
             raise ValueError(
                 f"the retriever holds {len(self.retriever)} block records but {source} {num_blocks} blocks: block ids "
                 "would point at the wrong text. Use the records that belong to these embeddings."
+            )
+        searcher_dim = getattr(self.searcher, "dim", None)
+        if searcher_dim is not None and searcher_dim != self.config.retriever_proj_size:
+            raise ValueError(
+                f"the index holds {searcher_dim}-d block embeddings but this model embeds questions in "
+                f"{self.config.retriever_proj_size}-d (config.retriever_proj_size): use the model the index was built with."
             )
         if self.searcher_beam_size > num_blocks:
             raise ValueError(
