@@ -6,7 +6,8 @@ keeps catching them; the command line maps them to exit codes in one place (`rea
     ├── InputError (ValueError)       a question, value or argument the API cannot use (blank question, bad ids, ...)
     ├── FileFormatError (ValueError)  a user file is malformed: names the file and, where known, the line or byte
     │   └── IndexMismatchError        the parts of an index disagree (documents vs embedding rows, dims)
-    └── MissingFileError (FileNotFoundError)  a path the user named does not exist
+    ├── MissingFileError (FileNotFoundError)  a path the user named does not exist
+    └── ModelLoadError (OSError)      a model (directory or Hub repo id) could not be loaded: says why
 
 Every message says what was expected and what was received, in one line.
 """
@@ -41,4 +42,16 @@ class MissingFileError(RealmHfError, FileNotFoundError):
     """A file or directory the user named does not exist."""
 
 
-__all__ = ["FileFormatError", "IndexMismatchError", "InputError", "MissingFileError", "RealmHfError", "UsageError"]
+class ModelLoadError(RealmHfError, OSError):
+    """A model could not be loaded from the directory or Hub repo id given; the message says why."""
+
+
+__all__ = [
+    "FileFormatError",
+    "IndexMismatchError",
+    "InputError",
+    "MissingFileError",
+    "ModelLoadError",
+    "RealmHfError",
+    "UsageError",
+]

@@ -44,16 +44,27 @@ def answer_questions(model, retriever, questions: list[str], batch_size: int = 8
     Returns one dict per answer, `top_k` per question (fewer if the blocks read hold fewer spans), best first:
     `question`, `rank` (1 = best), `answer` (as written in the evidence), `score` (its probability among the spans of
     the blocks read), `block_id`, `title` (`None` unless the corpus has titles), `evidence` (the block text), and
-    `start`/`end`, the answer's character offsets in the evidence.
+    `start`/`end`, the answer's character offsets in the evidence. A question that cannot be asked (empty, blank, not
+    text) gets one dict `{"question", "error"}` in its place instead, and the others are answered.
     """
     from transformers import pipeline
 
+    from realm_hf.pipelines.questions import question_problem
+
     questions = list(questions)
-    if not questions:
-        return []
-    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device=model.device)
+    problems = [question_problem(question) for question in questions]
+    askable = [question for question, problem in zip(questions, problems) if problem is None]
+    answers_of = iter([])
+    if askable:
+        open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever,
+                           device=model.device)  # fmt: skip
+        answers_of = iter(open_qa(askable, batch_size=batch_size, top_k=top_k))
     results = []
-    for question, answers in zip(questions, open_qa(questions, batch_size=batch_size, top_k=top_k), strict=True):
+    for question, problem in zip(questions, problems):
+        if problem is not None:
+            results.append({"question": question if isinstance(question, str) else repr(question), "error": problem})
+            continue
+        answers = next(answers_of)
         for rank, answer in enumerate([answers] if isinstance(answers, dict) else answers, start=1):
             results.append(
                 {
@@ -74,7 +85,11 @@ def answer_questions(model, retriever, questions: list[str], batch_size: int = 8
 def _print_answers(results: list[dict], as_json: bool) -> None:
     for result in results:
         if as_json:
-            print(json.dumps(result, ensure_ascii=False))
+            # A lone surrogate (bytes that were not UTF-8) cannot be written as UTF-8: escape it.
+            print(json.dumps(result, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8"))
+            continue
+        if "error" in result:
+            print(f"Q: {result['question']!r}\n   error: {result['error']}\n")
             continue
         if result["rank"] == 1:
             print(f"Q: {result['question']}")
@@ -121,13 +136,32 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def read_questions(stream) -> list[str]:
+    """Questions from a text stream (standard input), one per line, blank lines skipped. Bytes that are not UTF-8
+    raise `FileFormatError` naming the byte offset."""
+    from realm_hf.errors import FileFormatError
+
+    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode("utf-8", "surrogateescape")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FileFormatError(f"standard input: expected UTF-8 text, received byte 0x{data[error.start]:02x} at byte "
+                              f"offset {error.start}", path="<stdin>", location=f"byte {error.start}") from None  # fmt: skip
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def cmd_ask(args) -> int:
+    from realm_hf.errors import UsageError
+
     questions = list(args.questions)
     if not questions:
         if sys.stdin.isatty():
-            print("realm-hf ask: give questions as arguments or on standard input, one per line.", file=sys.stderr)
-            return 2
-        questions = [line.strip() for line in sys.stdin if line.strip()]
+            raise UsageError("expected questions as arguments or on standard input (one per line), received none")
+        questions = read_questions(sys.stdin)
+        if not questions:
+            raise UsageError("expected questions on standard input (one per line), received only blank lines")
+    elif all(not question.strip() for question in questions):
+        raise UsageError(f"expected a question, received only blank ones: {questions!r:.100}")
     model_path = args.model
     if model_path is None:
         from realm_hf.default_model import default_model_dir
@@ -142,13 +176,19 @@ def cmd_ask(args) -> int:
     try:
         model, retriever = _load(model_path)
     except (OSError, ValueError) as error:
-        print(f"realm-hf ask: could not load a REALM open-QA model from {model_path!r}: {error}\n"
-              "Pass --model with a directory holding config.json, model weights, block records and tokenizer files "
-              "(as written by save_pretrained), or a Hub repo id such as google/realm-orqa-nq-openqa.",
-              file=sys.stderr)  # fmt: skip
-        return 1
+        from realm_hf.errors import ModelLoadError
+
+        raise ModelLoadError(
+            f"could not load a REALM open-QA model from {model_path!r}: {one_line(error)} (--model takes a directory "
+            "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
+        ) from error
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k)
     _print_answers(results, as_json=args.json)
+    failed = [result for result in results if "error" in result]
+    if failed:
+        print(f"realm-hf ask: error: {len(failed)} of {len(questions)} questions could not be asked (first: "
+              f"{failed[0]['error']})", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILURE
     return 0
 
 
