@@ -4,6 +4,8 @@ import argparse
 import json
 from pathlib import Path
 
+from .arguments import positive_int
+
 # The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
 # torch, and parsers must not).
 DOCUMENTS_DIR = "documents"
@@ -170,9 +172,9 @@ def add_parser(subparsers) -> None:
     build.add_argument("--corpus", required=True, help="JSONL/CSV/TSV/Parquet with text[,title], block_records.npy/"
                                                         ".safetensors, or a saved document store")  # fmt: skip
     build.add_argument("--output", required=True, help="index directory (resumes if it holds a partial build)")
-    build.add_argument("--shard-size", type=int, default=16384, help="blocks per shard (default: 16384)")
-    build.add_argument("--batch-size", type=int, default=64, help="blocks per forward pass (default: 64)")
-    build.add_argument("--max-length", type=int, default=288, help="wordpieces per block (default: 288)")
+    build.add_argument("--shard-size", type=positive_int, default=16384, help="blocks per shard (default: 16384)")
+    build.add_argument("--batch-size", type=positive_int, default=64, help="blocks per forward pass (default: 64)")
+    build.add_argument("--max-length", type=positive_int, default=288, help="wordpieces per block (default: 288)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=cmd_build)
 
@@ -180,7 +182,7 @@ def add_parser(subparsers) -> None:
     add.add_argument("--index", required=True, help="an index directory made by `index build`")
     add.add_argument("--model", required=True, help="the model the index was built with")
     add.add_argument("--corpus", required=True, help="the NEW documents (same formats as build)")
-    add.add_argument("--batch-size", type=int, default=64)
+    add.add_argument("--batch-size", type=positive_int, default=64)
     add.add_argument("--quiet", action="store_true")
     add.set_defaults(func=cmd_add)
 
@@ -196,7 +198,7 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--nprobe", type=int, help="IVF lists probed per query")
     evaluate.add_argument("--ef-search", type=int, help="HNSW search breadth")
     evaluate.add_argument("--k", default="5,100", help="comma-separated cut-offs (default: 5,100)")
-    evaluate.add_argument("--num-queries", type=int, default=1000, help="queries sampled from the index (default 1000)")
+    evaluate.add_argument("--num-queries", type=positive_int, default=1000, help="queries sampled from the index (default 1000)")
     evaluate.add_argument("--noise", type=float, default=0.3, help="query noise, relative to the embeddings' std")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_eval)

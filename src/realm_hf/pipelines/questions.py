@@ -40,7 +40,7 @@ def encode_question(tokenizer, question: str, max_length: int, return_tensors: s
     encoded = tokenizer(question, truncation=True, max_length=max_length, return_tensors=return_tensors)
     kept = encoded["input_ids"].shape[-1] if return_tensors else len(encoded["input_ids"])
     if kept >= max_length:  # only then can it have been cut: count the full length once
-        full = len(tokenizer(question, truncation=False)["input_ids"])
+        full = len(tokenizer(question, truncation=False, verbose=False)["input_ids"])
         if full > max_length:
             logger.warning(
                 f"question of {full} tokens truncated to {max_length} (the model's question length): {question!r:.60}"

@@ -448,7 +448,10 @@ class DocumentStore:
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
         try:
-            self._dataset.save_to_disk(str(staging), max_shard_size=max_shard_size)
+            if len(self) == 0:  # datasets writes no shard for no rows, and cannot load that back: one empty shard
+                self._dataset.save_to_disk(str(staging), num_shards=1)
+            else:
+                self._dataset.save_to_disk(str(staging), max_shard_size=max_shard_size)
             manifest = {
                 "format": DOCUMENT_STORE_FORMAT,
                 "version": DOCUMENT_STORE_FORMAT_VERSION,
