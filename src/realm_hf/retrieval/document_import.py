@@ -247,6 +247,9 @@ def arrow_batches(
         if text.null_count:
             row = position + int(np.flatnonzero(text.is_null().to_numpy(zero_copy_only=False))[0])
             raise FileFormatError(f"{source_name}: row {row} has no text; expected a string in column {text_column!r}")
+        for name in (text_column, title_column if has_title else None):
+            if name is not None:
+                _check_utf8(record_batch.column(name), name, position, source_name)
         if has_title:
             title = pc.fill_null(record_batch.column(title_column), "")
         else:
@@ -258,6 +261,25 @@ def arrow_batches(
             columns[name] = record_batch.column(name)
         position += record_batch.num_rows
         yield columns
+
+
+def _check_utf8(column: pa.Array, name: str, position: int, source_name: str) -> None:
+    """Parquet does not check that its strings are UTF-8 (CSV does): a bad row would fail only when read."""
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        bad = next(row for row, value in enumerate(column) if not _is_utf8(value))
+        raise FileFormatError(
+            f"{source_name}: row {position + bad} of column {name!r} is not UTF-8 text", location=f"row {position + bad}"
+        ) from None
+
+
+def _is_utf8(value: pa.Scalar) -> bool:
+    try:
+        value.as_py()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def read_jsonl(path: Path, source_name: str) -> Iterator[dict[str, Any]]:

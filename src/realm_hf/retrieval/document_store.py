@@ -361,7 +361,7 @@ class DocumentStore:
                                   cache_dir)  # fmt: skip
         except RealmHfError:
             raise
-        except (pa.ArrowException, ValueError) as error:  # also UnicodeDecodeError and pyarrow's own I/O errors
+        except (pa.ArrowException, ValueError, OSError) as error:  # also UnicodeDecodeError; pyarrow's I/O errors
             message = " ".join(str(error).split())
             raise FileFormatError(f"{source_name} could not be read as {file_format}: {message}", path=path) from error
 
