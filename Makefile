@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow install clean
+.PHONY: demo test test-slow install clean style quality
 
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,18 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# ruff, pinned by constraints.txt like everything else.
+$(BIN)/ruff: $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt ruff
+
+style: $(BIN)/ruff
+	$(BIN)/ruff format src tests examples benchmarks model_cards
+	$(BIN)/ruff check --fix src tests examples benchmarks model_cards
+
+quality: $(BIN)/ruff
+	$(BIN)/ruff check src tests examples benchmarks model_cards
+	$(BIN)/ruff format --check src tests examples benchmarks model_cards
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
