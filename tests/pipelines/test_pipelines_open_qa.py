@@ -300,12 +300,14 @@ def test_save_pretrained_of_a_legacy_checkpoint_writes_pickle_free_records(tmp_p
 def test_bad_questions_name_expected_and_received(open_qa):
     with pytest.raises(ValueError, match=r"a question or a non-empty list of questions, got \[\]"):
         open_qa([])
-    with pytest.raises(TypeError, match="expects questions as str; the question is int: 42"):
+    with pytest.raises(TypeError, match="the question: expected a question as str, received int: 42"):
         open_qa(42)
-    with pytest.raises(TypeError, match=r"questions\[1\] is NoneType: None"):
+    with pytest.raises(TypeError, match=r"questions\[1\]: expected a question as str, received NoneType: None"):
         open_qa(["Who wrote Hamlet?", None])
-    with pytest.raises(ValueError, match="non-empty questions; the question is '  '"):
+    with pytest.raises(ValueError, match="the question: expected a question, received only whitespace '  '"):
         open_qa("  ")
+    with pytest.raises(ValueError, match=r"questions\[1\]: expected Unicode text, received a lone surrogate '\\udce9'"):
+        open_qa(["Who wrote Hamlet?", "caf\udce9"])
 
 
 @pytest.mark.parametrize(

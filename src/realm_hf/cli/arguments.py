@@ -1,9 +1,42 @@
-"""Helpers shared by the `realm-hf` subcommands: argparse types and the finished-run check."""
+"""Helpers shared by the `realm-hf` subcommands: the parser class, argparse types and the finished-run check. Imports
+nothing heavy: every parser is declared, and `--help` answered, before torch or Transformers load."""
 
 import argparse
 import json
 import math
+import os
 from pathlib import Path
+
+
+class RealmHfArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (`PROG: error: MESSAGE (see `PROG --help`)`, exit code 2) and a
+    `--debug` option on every (sub)command: show the traceback of a failure instead of one line."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # SUPPRESS: a subcommand that is not given --debug leaves the top-level value alone.
+        self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                          help="on failure, show the full traceback (also: REALM_HF_DEBUG=1)")  # fmt: skip
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def model_location(value: str) -> str:
+    """`value` if it can name a model: an existing directory, or something shaped like a Hub repo id (`name` or
+    `owner/name`). A path that does not exist raises `MissingFileError` naming it, rather than the Hub client's
+    "Repo id must be in the form ..."."""
+    from realm_hf.errors import MissingFileError
+
+    if os.path.exists(value):
+        if not os.path.isdir(value):
+            raise MissingFileError(f"--model {value!r} is a file; expected a model directory or a Hub repo id")
+        return value
+    # A Hub repo id is `name` or `owner/name`; anything else that does not exist was meant as a directory.
+    looks_like_path = os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value
+    if looks_like_path:
+        raise MissingFileError(f"--model {value!r}: no such directory (expected a model directory or a Hub repo id)")
+    return value
 
 
 def _number_at_least(value: str, parse, minimum: int, what: str):

@@ -4,8 +4,11 @@ import argparse
 import json
 from pathlib import Path
 
-from realm_hf.retrieval.index_builder import DOCUMENTS_DIR
+from .arguments import positive_int
 
+# The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
+# torch, and parsers must not).
+DOCUMENTS_DIR = "documents"
 HELP = """\
 An index directory holds the block embeddings (index.json + safetensors shards) and, under documents/, the corpus
 they were computed from. Block ids are stable: adding documents appends ids and never renumbers.
@@ -34,7 +37,9 @@ def open_corpus(path: str):
     if location.name.startswith("block_records") or location.suffix in (".npy", ".safetensors"):
         return DocumentStore.from_block_records(location)
     if not location.is_file():
-        raise FileNotFoundError(f"corpus {path!r} does not exist.")
+        from realm_hf.errors import MissingFileError
+
+        raise MissingFileError(f"corpus {path!r} does not exist (expected a file or a saved document store)")
     return DocumentStore.from_file(location)
 
 
@@ -56,22 +61,43 @@ def _load_embedder(model: str | None):
 
     from realm_hf import RealmEmbedder
 
-    model = _default_model(model)
+    from .arguments import model_location
+
+    model = model_location(_default_model(model))
     return RealmEmbedder.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
 
 
 def cmd_build(args) -> int:
+    from realm_hf.errors import FileFormatError, IndexMismatchError
     from realm_hf.retrieval.distributed import process_state
-    from realm_hf.retrieval.index_builder import build_index
+    from realm_hf.retrieval.document_store import DocumentStore
+    from realm_hf.retrieval.index_builder import build_index, refuse_finished_index
 
-    state = process_state()
     output = Path(args.output)
+    refuse_finished_index(output)
+    # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
+    store = open_corpus(args.corpus)
+    if len(store) == 0:
+        raise FileFormatError(f"corpus {args.corpus}: expected at least one document with a text, found none",
+                              path=args.corpus)  # fmt: skip
+    state = process_state()
     model_name = _default_model(args.model)
     embedder, tokenizer = _load_embedder(model_name)
-    store = open_corpus(args.corpus)
-    if state.is_main_process and not (output / DOCUMENTS_DIR).is_dir():
-        output.mkdir(parents=True, exist_ok=True)
-        store.save(output / DOCUMENTS_DIR)
+    if state.is_main_process:
+        stored = output / DOCUMENTS_DIR
+        if stored.is_dir():
+            # A partial build: resume only over the same corpus (documents/ is saved atomically, before any shard).
+            previous = DocumentStore.load(stored)
+            if previous.fingerprint() != store.fingerprint():
+                raise IndexMismatchError(
+                    f"{output} holds a partial build over another corpus ({len(previous)} documents in {stored}, "
+                    f"{len(store)} in {args.corpus}): rerun with the corpus it was started with to resume, or choose "
+                    "a new --output",
+                    path=stored,
+                )  # fmt: skip
+        else:
+            output.mkdir(parents=True, exist_ok=True)
+            store.save(stored)
     state.wait_for_everyone()
     manifest = build_index(
         embedder, tokenizer, store, output, shard_size=args.shard_size, batch_size=args.batch_size,
@@ -163,9 +189,9 @@ def add_parser(subparsers) -> None:
     build.add_argument("--corpus", required=True, help="JSONL/CSV/TSV/Parquet with text[,title], block_records.npy/"
                                                         ".safetensors, or a saved document store")  # fmt: skip
     build.add_argument("--output", required=True, help="index directory (resumes if it holds a partial build)")
-    build.add_argument("--shard-size", type=int, default=16384, help="blocks per shard (default: 16384)")
-    build.add_argument("--batch-size", type=int, default=64, help="blocks per forward pass (default: 64)")
-    build.add_argument("--max-length", type=int, default=288, help="wordpieces per block (default: 288)")
+    build.add_argument("--shard-size", type=positive_int, default=16384, help="blocks per shard (default: 16384)")
+    build.add_argument("--batch-size", type=positive_int, default=64, help="blocks per forward pass (default: 64)")
+    build.add_argument("--max-length", type=positive_int, default=288, help="wordpieces per block (default: 288)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=cmd_build)
 
@@ -173,7 +199,7 @@ def add_parser(subparsers) -> None:
     add.add_argument("--index", required=True, help="an index directory made by `index build`")
     add.add_argument("--model", help="the model the index was built with (default: the default model)")
     add.add_argument("--corpus", required=True, help="the NEW documents (same formats as build)")
-    add.add_argument("--batch-size", type=int, default=64)
+    add.add_argument("--batch-size", type=positive_int, default=64)
     add.add_argument("--quiet", action="store_true")
     add.set_defaults(func=cmd_add)
 
@@ -189,7 +215,7 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--nprobe", type=int, help="IVF lists probed per query")
     evaluate.add_argument("--ef-search", type=int, help="HNSW search breadth")
     evaluate.add_argument("--k", default="5,100", help="comma-separated cut-offs (default: 5,100)")
-    evaluate.add_argument("--num-queries", type=int, default=1000, help="queries sampled from the index (default 1000)")
+    evaluate.add_argument("--num-queries", type=positive_int, default=1000, help="queries sampled from the index (default 1000)")
     evaluate.add_argument("--noise", type=float, default=0.3, help="query noise, relative to the embeddings' std")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_eval)

@@ -2,10 +2,13 @@
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import RealmHfArgumentParser, model_location, positive_int
 
 DESCRIPTION = """\
 REALM / ORQA retrieval-augmented question answering on Transformers 5.
@@ -34,7 +37,7 @@ examples:
 def _load(model_path: str, index: str | None = None):
     from realm_hf.loading import load_open_qa
 
-    return load_open_qa(model_path, index)
+    return load_open_qa(model_location(model_path), index)
 
 
 def answer_questions(
@@ -47,18 +50,29 @@ def answer_questions(
     `question`, `rank` (1 = best), `answer` (as written in the evidence), `score` (its probability among the spans of
     the blocks read), `block_id`, `title` (`None` unless the corpus has titles), `evidence` (the block text),
     `start`/`end`, the answer's character offsets in the evidence, `confidence` (calibrated, `None` for a model without
-    `calibration.json`) and `abstained` (the model does not know; `answer` is still its best guess).
+    `calibration.json`) and `abstained` (the model does not know; `answer` is still its best guess). A question that
+    cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its place instead, and the others
+    are answered.
     """
     from transformers import pipeline
 
+    from realm_hf.pipelines.questions import question_problem
+
     questions = list(questions)
-    if not questions:
-        return []
-    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device=model.device)
+    problems = [question_problem(question) for question in questions]
+    askable = [question for question, problem in zip(questions, problems) if problem is None]
+    answers_of = iter([])
+    if askable:
+        open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever,
+                           device=model.device)  # fmt: skip
+        options = {} if abstention_threshold is None else {"abstention_threshold": abstention_threshold}
+        answers_of = iter(open_qa(askable, batch_size=batch_size, top_k=top_k, **options))
     results = []
-    options = {} if abstention_threshold is None else {"abstention_threshold": abstention_threshold}
-    for question, answers in zip(questions, open_qa(questions, batch_size=batch_size, top_k=top_k, **options),
-                                 strict=True):  # fmt: skip
+    for question, problem in zip(questions, problems):
+        if problem is not None:
+            results.append({"question": question if isinstance(question, str) else repr(question), "error": problem})
+            continue
+        answers = next(answers_of)
         for rank, answer in enumerate([answers] if isinstance(answers, dict) else answers, start=1):
             results.append(
                 {
@@ -81,7 +95,11 @@ def answer_questions(
 def _print_answers(results: list[dict], as_json: bool) -> None:
     for result in results:
         if as_json:
-            print(json.dumps(result, ensure_ascii=False))
+            # A lone surrogate (bytes that were not UTF-8) cannot be written as UTF-8: escape it.
+            print(json.dumps(result, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8"))
+            continue
+        if "error" in result:
+            print(f"Q: {result['question']!r}\n   error: {result['error']}\n")
             continue
         if result["rank"] == 1:
             print(f"Q: {result['question']}")
@@ -131,13 +149,32 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def read_questions(stream) -> list[str]:
+    """Questions from a text stream (standard input), one per line, blank lines skipped. Bytes that are not UTF-8
+    raise `FileFormatError` naming the byte offset."""
+    from realm_hf.errors import FileFormatError
+
+    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode("utf-8", "surrogateescape")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FileFormatError(f"standard input: expected UTF-8 text, received byte 0x{data[error.start]:02x} at byte "
+                              f"offset {error.start}", path="<stdin>", location=f"byte {error.start}") from None  # fmt: skip
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def cmd_ask(args) -> int:
+    from realm_hf.errors import UsageError
+
     questions = list(args.questions)
     if not questions:
         if sys.stdin.isatty():
-            print("realm-hf ask: give questions as arguments or on standard input, one per line.", file=sys.stderr)
-            return 2
-        questions = [line.strip() for line in sys.stdin if line.strip()]
+            raise UsageError("expected questions as arguments or on standard input (one per line), received none")
+        questions = read_questions(sys.stdin)
+        if not questions:
+            raise UsageError("expected questions on standard input (one per line), received only blank lines")
+    elif all(not question.strip() for question in questions):
+        raise UsageError(f"expected a question, received only blank ones: {questions!r:.100}")
     model_path = args.model
     if model_path is None:
         from realm_hf.default_model import default_model_dir
@@ -152,11 +189,12 @@ def cmd_ask(args) -> int:
     try:
         model, retriever = _load(model_path, args.index)
     except (OSError, ValueError) as error:
-        print(f"realm-hf ask: could not load a REALM open-QA model from {model_path!r}: {error}\n"
-              "Pass --model with a directory holding config.json, model weights, block records and tokenizer files "
-              "(as written by save_pretrained), or a Hub repo id such as google/realm-orqa-nq-openqa.",
-              file=sys.stderr)  # fmt: skip
-        return 1
+        from realm_hf.errors import ModelLoadError
+
+        raise ModelLoadError(
+            f"could not load a REALM open-QA model from {model_path!r}: {one_line(error)} (--model takes a directory "
+            "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
+        ) from error
     if args.searcher != "dense":
         from realm_hf.retrieval.hybrid import hybrid_searcher_for
 
@@ -164,6 +202,11 @@ def cmd_ask(args) -> int:
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
                                abstention_threshold=args.abstention_threshold)  # fmt: skip
     _print_answers(results, as_json=args.json)
+    failed = [result for result in results if "error" in result]
+    if failed:
+        print(f"realm-hf ask: error: {len(failed)} of {len(questions)} questions could not be asked (first: "
+              f"{failed[0]['error']})", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILURE
     return 0
 
 
@@ -178,8 +221,8 @@ def _unit_interval(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="realm-hf", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = RealmHfArgumentParser(prog="realm-hf", description=DESCRIPTION,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = subparsers.add_parser("demo", help="build the untrained demo model and answer sample questions",
@@ -231,16 +274,77 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code for an exception a command raised: 2 for usage errors, 130 for an interrupt, 1 otherwise."""
+    from realm_hf.errors import UsageError
+
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return EXIT_USAGE if isinstance(error, UsageError) else EXIT_FAILURE
+
+
+def one_line(error: BaseException) -> str:
+    """`error`'s message on one line. Errors of ours and the built-in ValueError/OSError speak for themselves; anything
+    else is probably a bug, and says so with its type."""
+    from realm_hf.errors import RealmHfError
+
+    message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    if isinstance(error, RealmHfError | ValueError | OSError):
+        return message
+    return f"{type(error).__name__}: {message} (unexpected: rerun with --debug for the traceback, and report it)"
+
+
+def _debugging(args) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("REALM_HF_DEBUG", "") not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parses `argv` (before any heavy import: `--help` and usage errors answer at once), then runs the command.
+
+    A failure ends with one line on stderr, `realm-hf COMMAND: error: ...`, and exit code 2 (usage) or 1 (anything
+    else); Ctrl-C or SIGINT ends with one line saying the run can be resumed, and exit code 130. `--debug` or
+    `REALM_HF_DEBUG=1` lets the exception through with its traceback instead.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    subcommands = [getattr(args, name, None) for name in ("index_command", "convert_command")]
+    prog = " ".join(["realm-hf", args.command, *filter(None, subcommands)])
+    # A process started in the background by a non-interactive shell inherits SIGINT as *ignored*, and Python then
+    # never raises KeyboardInterrupt: `kill -INT <pid>` (process managers, `timeout -s INT`) did nothing to a build.
+    previous_handler = None
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        _finish_package_import()
         return args.func(args)
+    except KeyboardInterrupt:
+        if _debugging(args):
+            raise
+        print(f"{prog}: interrupted; run the same command again to resume where it stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        if _debugging(args):
+            raise
+        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
+        return exit_code(error)
     finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
         _close_process_group()
+
+
+def _finish_package_import() -> None:
+    """Runs `realm_hf/__init__.py` if the `realm-hf` entry point (`realm_hf_cli`) deferred it to parse the command
+    line quickly: a command then sees the package exactly as after `import realm_hf` (Auto classes registered)."""
+    package = sys.modules.get("realm_hf")
+    if package is not None and package.__dict__.pop("__realm_hf_deferred_init__", False):
+        package.__spec__.loader.exec_module(package)
 
 
 def _close_process_group() -> None:

@@ -47,6 +47,43 @@ class RealmBertModel(BertModel):
     config_class = RealmConfig
     base_model_prefix = "realm"
 
+    def __init__(self, config: RealmConfig, *args, **kwargs):
+        # The config validates itself when constructed, but a field set afterwards (say position_embedding_type =
+        # "relative_key") would otherwise build a different model silently.
+        config.validate_architecture()
+        super().__init__(config, *args, **kwargs)
+
+    def forward(self, input_ids=None, *args, output_attentions=None, output_hidden_states=None, **kwargs):
+        # Transformers 5's BertModel reads an explicit None as False; REALM's models, as in 4.x, use the config's.
+        _check_input_ids(input_ids, self.config, kwargs.get("position_ids"))
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return super().forward(
+            input_ids, *args, output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs
+        )
+
+
+def _check_input_ids(input_ids: torch.Tensor | None, config: RealmConfig, position_ids=None) -> None:
+    """A clear ValueError for ids the embeddings cannot look up (an IndexError deep in torch otherwise) and for
+    sequences longer than the position embeddings (a tensor size mismatch otherwise)."""
+    if input_ids is None or input_ids.numel() == 0:
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= config.vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"input_ids hold token id {bad}, outside this model's vocabulary of {config.vocab_size} ids (expected ids "
+            f"in 0..{config.vocab_size - 1}); was the input made with another model's tokenizer?"
+        )
+    if position_ids is None and input_ids.shape[-1] > config.max_position_embeddings:
+        raise ValueError(
+            f"input_ids hold {input_ids.shape[-1]} tokens per sequence, more than this model's "
+            f"{config.max_position_embeddings} position embeddings (config.max_position_embeddings); truncate them, "
+            f"e.g. tokenizer(..., truncation=True, max_length={config.max_position_embeddings})."
+        )
+
 
 class RealmScorerProjection(nn.Module):
     """Projects the pooled `[CLS]` state to the retrieval space: dense -> LayerNorm (D = retriever_proj_size).
@@ -364,6 +401,9 @@ class RealmEmbedder(RealmPreTrainedModel):
     """
 
     _prefix_in_checkpoints_of = {"RealmForOpenQA": "embedder", "RealmScorer": "embedder"}
+    # The MLM head REALM never calls (see RealmScorerProjection): open-QA checkpoints and the default model drop it, and
+    # loading their embedder (as `realm-hf index build` does) is not worth a "MISSING ... consider training" report.
+    _keys_to_ignore_on_load_missing = [r"^cls\.predictions\."]
 
     _tied_weights_keys = {"cls.predictions.decoder.bias": "cls.predictions.bias"}
 
@@ -979,6 +1019,12 @@ class RealmForOpenQA(RealmPreTrainedModel):
             raise ValueError(
                 f"the retriever holds {len(self.retriever)} block records but {source} {num_blocks} blocks: block ids "
                 "would point at the wrong text. Use the records that belong to these embeddings."
+            )
+        searcher_dim = getattr(self.searcher, "dim", None)
+        if searcher_dim is not None and searcher_dim != self.config.retriever_proj_size:
+            raise ValueError(
+                f"the index holds {searcher_dim}-d block embeddings but this model embeds questions in "
+                f"{self.config.retriever_proj_size}-d (config.retriever_proj_size): use the model the index was built with."
             )
         if self.searcher_beam_size > num_blocks:
             raise ValueError(

@@ -42,7 +42,10 @@ class RealmTokenizer(BertTokenizer):
     ):
         # `do_basic_tokenize` and `never_split` only existed in the slow 4.x tokenizer; the Rust backend always
         # splits on whitespace and punctuation first, which is what every REALM checkpoint uses.
-        kwargs.pop("tokenizer_file", None)
+        # A tokenizer.json given alone holds the vocabulary (BertTokenizer loads it, as 4.x's fast tokenizer did); given
+        # with a vocabulary, the vocabulary wins, as it always has here.
+        if vocab is not None or vocab_file is not None:
+            kwargs.pop("tokenizer_file", None)
         super().__init__(
             vocab=vocab if vocab is not None else vocab_file,
             do_lower_case=do_lower_case,

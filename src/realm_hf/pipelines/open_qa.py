@@ -27,9 +27,9 @@ from ..evaluation.calibration import CALIBRATION_FILE, MAX_MARGIN, Calibration
 from ..loading import check_searcher_fits, find_retrieval, save_open_qa
 from ..modeling import RealmForOpenQA
 from ..retrieval.interfaces import BlockOffsets, Retriever, TitledRecords
+from .questions import check_question, encode_question
 
 logger = logging.get_logger(__name__)
-
 
 class OpenQAPipeline(Pipeline):
     r"""
@@ -190,8 +190,9 @@ class OpenQAPipeline(Pipeline):
 
     def preprocess(self, question: str, max_question_length: int | None = None) -> dict[str, torch.Tensor]:
         _check_question(question, "the question")
-        max_length = max_question_length or self.model.config.searcher_seq_len
-        return dict(self.tokenizer(question, truncation=True, max_length=max_length, return_tensors="pt"))
+        config = self.model.config
+        max_length = min(max_question_length or config.searcher_seq_len, config.max_position_embeddings)
+        return dict(encode_question(self.tokenizer, question, max_length))
 
     def _forward(self, model_inputs: dict[str, torch.Tensor], top_k: int = 1) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
@@ -206,6 +207,11 @@ class OpenQAPipeline(Pipeline):
             spans = self.model.score_spans(**inputs)
         batch_size, num_read, num_candidates = spans.span_logits.shape
         logits = spans.span_logits.float().masked_fill(~spans.span_mask, float("-inf")).view(batch_size, -1)
+        if top_k > logits.shape[1]:
+            logger.warning_once(
+                f"top_k={top_k} exceeds the {logits.shape[1]} candidate spans of the blocks read; returning at most "
+                f"{logits.shape[1]} answers per question."
+            )
         probabilities = logits.softmax(dim=-1)  # (B, R * N); NaN only where no span is valid, and then unused
         # A stable sort breaks ties by block, then by span (width, then start): forward's argmax order.
         best = torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :top_k]  # (B, k)
@@ -331,12 +337,7 @@ class OpenQAPipeline(Pipeline):
 
 
 def _check_question(question, name: str) -> None:
-    if not isinstance(question, str):
-        raise TypeError(
-            f"the open-qa pipeline expects questions as str; {name} is {type(question).__name__}: {question!r:.80}"
-        )
-    if not question.strip():
-        raise ValueError(f"the open-qa pipeline expects non-empty questions; {name} is {question!r}.")
+    check_question(question, name)
 
 
 def _as_calibration(calibration) -> Calibration:

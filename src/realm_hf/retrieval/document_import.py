@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from transformers.utils import logging
 
+from ..errors import FileFormatError
+
 logger = logging.get_logger(__name__)
 
 CORE_COLUMNS = ("id", "title", "text")
@@ -47,7 +49,7 @@ def as_arrow(name: str, values: Any, arrow_type: pa.DataType | None, source_name
         array = pa.array(values, type=arrow_type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError) as error:
         expected = f"type {arrow_type}" if arrow_type is not None else "one type"
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name}: column {name!r} expected values of {expected}, received values that do not convert "
             f"({error})"
         ) from error
@@ -103,7 +105,7 @@ class ArrowStoreWriter:
             self._open(schema)
         expected = set(self._schema.names) - {"id"}
         if set(columns) != expected:
-            raise ValueError(f"{self._source_name}: expected columns {sorted(expected)}, received {sorted(columns)}")
+            raise FileFormatError(f"{self._source_name}: expected columns {sorted(expected)}, received {sorted(columns)}")
         ids = np.arange(self._first_id + self.num_rows, self._first_id + self.num_rows + num_rows, dtype=np.int64)
         arrays = [pa.array(ids)]
         for field in self._schema:
@@ -128,7 +130,7 @@ def check_column_names(names: Sequence[str], id_column: str | None, source_name:
     reserved = {"id", "title", "text"} | ({SOURCE_ID_COLUMN} if id_column is not None else set())
     clashes = sorted(set(names) & reserved)
     if clashes:
-        raise ValueError(
+        raise FileFormatError(
             f"{source_name}: input column(s) {clashes} would clash with the store's own columns {sorted(reserved)}. "
             "Ids are positions 0..n-1: pass id_column= to check an input id column (kept as 'source_id' when it is "
             "not 0..n-1 in order), or rename/drop the column"
@@ -157,7 +159,7 @@ def record_batches(
 
     for index, record in enumerate(records):
         if not isinstance(record, Mapping):
-            raise ValueError(f"{source_name}: expected record {index} to be a dict, received {type(record).__name__}")
+            raise FileFormatError(f"{source_name}: expected record {index} to be a dict, received {type(record).__name__}")
         if other_columns is None:
             other_columns = [key for key in record if key not in (text_column, title_column, id_column)]
             check_column_names(other_columns, id_column, source_name)
@@ -171,23 +173,23 @@ def record_batches(
         text = record.get(text_column)
         if not isinstance(text, str):
             if text_column not in record:
-                raise ValueError(
+                raise FileFormatError(
                     f"{source_name}: record {index} has no text; expected a {text_column!r} field, found fields "
                     f"{sorted(map(str, record))}"
                 )
-            raise ValueError(
+            raise FileFormatError(
                 f"{source_name}: record {index} field {text_column!r}: expected str, received {type(text).__name__}"
             )
         title = record.get(title_column) if title_column is not None else None
         if title is None:
             title = ""
         elif not isinstance(title, str):
-            raise ValueError(
+            raise FileFormatError(
                 f"{source_name}: record {index} field {title_column!r}: expected str or None, received "
                 f"{type(title).__name__}"
             )
         if not known_keys.issuperset(record):
-            raise ValueError(
+            raise FileFormatError(
                 f"{source_name}: record {index} has field(s) {sorted(map(str, set(record) - known_keys))} that the "
                 f"first record lacks; expected fields among {sorted(known_keys)}"
             )
@@ -195,7 +197,7 @@ def record_batches(
         batch["text"].append(text)
         if id_column is not None:
             if id_column not in record:
-                raise ValueError(
+                raise FileFormatError(
                     f"{source_name}: record {index}: expected an id field {id_column!r}, found fields "
                     f"{sorted(map(str, record))}"
                 )
@@ -220,9 +222,9 @@ def arrow_batches(
     """Turns Arrow record batches (CSV or Parquet) into column batches, checking the named columns exist."""
     found = list(schema.names)
     if text_column not in found:
-        raise ValueError(f"{source_name}: expected a text column {text_column!r}, found columns {found}")
+        raise FileFormatError(f"{source_name}: expected a text column {text_column!r}, found columns {found}")
     if id_column is not None and id_column not in found:
-        raise ValueError(f"{source_name}: expected an id column {id_column!r}, found columns {found}")
+        raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {found}")
     has_title = title_column is not None and title_column in found
     if title_column is not None and not has_title:
         logger.warning(
@@ -235,7 +237,7 @@ def arrow_batches(
         if name is not None:
             arrow_type = schema.field(name).type
             if not (pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)):
-                raise ValueError(
+                raise FileFormatError(
                     f"{source_name}: expected the {wanted} column {name!r} to hold strings, received type {arrow_type}"
                 )
 
@@ -244,7 +246,10 @@ def arrow_batches(
         text = record_batch.column(text_column)
         if text.null_count:
             row = position + int(np.flatnonzero(text.is_null().to_numpy(zero_copy_only=False))[0])
-            raise ValueError(f"{source_name}: row {row} has no text; expected a string in column {text_column!r}")
+            raise FileFormatError(f"{source_name}: row {row} has no text; expected a string in column {text_column!r}")
+        for name in (text_column, title_column if has_title else None):
+            if name is not None:
+                _check_utf8(record_batch.column(name), name, position, source_name)
         if has_title:
             title = pc.fill_null(record_batch.column(title_column), "")
         else:
@@ -258,23 +263,56 @@ def arrow_batches(
         yield columns
 
 
+def _check_utf8(column: pa.Array, name: str, position: int, source_name: str) -> None:
+    """Parquet does not check that its strings are UTF-8 (CSV does): a bad row would fail only when read."""
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        bad = next(row for row, value in enumerate(column) if not _is_utf8(value))
+        raise FileFormatError(
+            f"{source_name}: row {position + bad} of column {name!r} is not UTF-8 text", location=f"row {position + bad}"
+        ) from None
+
+
+def _is_utf8(value: pa.Scalar) -> bool:
+    try:
+        value.as_py()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def read_jsonl(path: Path, source_name: str) -> Iterator[dict[str, Any]]:
+    """The records of a JSON Lines file (blank lines skipped); a line that is not UTF-8 or not a JSON object raises
+    `FileFormatError` naming the line (and, for bad bytes, the byte offset in the file)."""
+    offset = 0  # of the current line's first byte, in the (decompressed) file
     with pa.input_stream(str(path), compression="detect") as raw:
-        for line_number, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8"), start=1):
+        for line_number, raw_line in enumerate(io.BufferedReader(raw), start=1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise FileFormatError(
+                    f"{source_name} line {line_number}: expected UTF-8 text, received byte 0x{raw_line[error.start]:02x} "
+                    f"at byte offset {offset + error.start}",
+                    path=path, location=f"byte {offset + error.start}",
+                ) from None  # fmt: skip
+            offset += len(raw_line)
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise ValueError(
+                raise FileFormatError(
                     f"{source_name} line {line_number}: expected JSON Lines (one JSON object per line), received "
-                    f"invalid JSON ({error})"
-                ) from error
+                    f"invalid JSON ({error})",
+                    path=path, location=f"line {line_number}",
+                ) from None  # fmt: skip
             if not isinstance(record, dict):
-                raise ValueError(
+                raise FileFormatError(
                     f"{source_name} line {line_number}: expected JSON Lines (one JSON object per line), received a "
-                    f"JSON {type(record).__name__}"
-                )
+                    f"JSON {type(record).__name__}",
+                    path=path, location=f"line {line_number}",
+                )  # fmt: skip
             yield record
 
 

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 from transformers.utils import logging
 
+from ..errors import FileFormatError, MissingFileError, RealmHfError
 from .block_records import load_block_records
 from .document_import import (
     CORE_COLUMNS,
@@ -344,17 +345,28 @@ class DocumentStore:
                 suffixes.pop()
             file_format = FILE_FORMATS.get(suffixes[-1] if suffixes else "")
             if file_format is None:
-                raise ValueError(
+                raise FileFormatError(
                     f"{source_name}: expected a file ending in one of {sorted(FILE_FORMATS)} (optionally compressed), "
                     "or pass file_format='jsonl', 'csv', 'tsv' or 'parquet'"
                 )
         if file_format not in ("jsonl", "csv", "tsv", "parquet"):
             raise ValueError(f"file_format: expected 'jsonl', 'csv', 'tsv' or 'parquet', received {file_format!r}")
         if not path.is_file():
-            raise FileNotFoundError(f"expected a {file_format} file at {path}, found none")
+            raise MissingFileError(f"expected a {file_format} file at {path}, found none")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, received {batch_size}")
 
+        try:
+            return cls._from_file(path, file_format, text_column, title_column, id_column, source_name, batch_size,
+                                  cache_dir)  # fmt: skip
+        except RealmHfError:
+            raise
+        except (pa.ArrowException, ValueError, OSError) as error:  # also UnicodeDecodeError; pyarrow's I/O errors
+            message = " ".join(str(error).split())
+            raise FileFormatError(f"{source_name} could not be read as {file_format}: {message}", path=path) from error
+
+    @classmethod
+    def _from_file(cls, path, file_format, text_column, title_column, id_column, source_name, batch_size, cache_dir):
         if file_format == "jsonl":
             batches = cls._jsonl_batches(path, text_column, title_column, id_column, source_name, batch_size)
         elif file_format == "parquet":
@@ -379,10 +391,7 @@ class DocumentStore:
                 convert_options=pa_csv.ConvertOptions(column_types=string_columns, strings_can_be_null=False),
             )
             batches = arrow_batches(reader, reader.schema, text_column, title_column, id_column, source_name)
-        try:
-            return cls._from_batches(batches, source_name, id_column is not None, cache_dir)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            raise ValueError(f"{source_name} could not be read as {file_format}: {error}") from error
+        return cls._from_batches(batches, source_name, id_column is not None, cache_dir)
 
     @staticmethod
     def _jsonl_batches(
@@ -394,9 +403,9 @@ class DocumentStore:
         if first is None:
             return
         if text_column not in first:
-            raise ValueError(f"{source_name}: expected a text column {text_column!r}, found columns {list(first)}")
+            raise FileFormatError(f"{source_name}: expected a text column {text_column!r}, found columns {list(first)}")
         if id_column is not None and id_column not in first:
-            raise ValueError(f"{source_name}: expected an id column {id_column!r}, found columns {list(first)}")
+            raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {list(first)}")
         if title_column is not None and title_column not in first:
             logger.warning(
                 f"{source_name} has no title column {title_column!r} (found columns {list(first)}); every title is "
@@ -439,7 +448,10 @@ class DocumentStore:
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
         try:
-            self._dataset.save_to_disk(str(staging), max_shard_size=max_shard_size)
+            if len(self) == 0:  # datasets writes no shard for no rows, and cannot load that back: one empty shard
+                self._dataset.save_to_disk(str(staging), num_shards=1)
+            else:
+                self._dataset.save_to_disk(str(staging), max_shard_size=max_shard_size)
             manifest = {
                 "format": DOCUMENT_STORE_FORMAT,
                 "version": DOCUMENT_STORE_FORMAT_VERSION,

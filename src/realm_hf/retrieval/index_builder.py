@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from transformers.utils import logging
 
 from ..atomic import atomic_write_bytes
+from ..errors import IndexMismatchError, InputError, UsageError
 from .distributed import process_state
 from .embedding import embed_blocks
 from .index_files import (
@@ -106,6 +107,43 @@ def _embed_shards(embedder, tokenizer, documents, directory: Path, plan: list[di
     bar.close()
 
 
+def refuse_finished_index(directory: Path) -> None:
+    """Raises `UsageError` if `directory` holds a finished index (a manifest and no partial build's settings)."""
+    directory = Path(directory)
+    if (directory / MANIFEST_NAME).is_file() and not (directory / BUILD_SETTINGS_NAME).is_file():
+        raise UsageError(
+            f"{directory} already holds a finished index: add documents to it with `realm-hf index add --index "
+            f"{directory} --model MODEL --corpus NEW_DOCS` (Python: add_documents / add_to_index), or build into a new "
+            "directory"
+        )
+
+
+def _check_documents(directory: Path, num_blocks: int) -> None:
+    """The index's document store, if it has one, holds one document per embedded block."""
+    stored = directory / DOCUMENTS_DIR
+    if stored.is_dir():
+        from .document_store import DocumentStore
+
+        count = len(DocumentStore.load(stored))
+        if count != num_blocks:
+            raise IndexMismatchError(
+                f"{directory} is inconsistent: {count} documents in {stored} but {num_blocks} embedded blocks",
+                path=stored,
+            )
+
+
+def verify_index(directory: str | Path) -> dict:
+    """Checks that an index directory's parts agree, reading only headers: the manifest (`index.json`), every
+    shard's shape and dtype, and the document count under `documents/` when there is one. Returns the manifest;
+    raises `FileFormatError` / `IndexMismatchError` naming the file and the disagreement."""
+    from .index_files import open_index_shards
+
+    directory = Path(directory)
+    manifest, _ = open_index_shards(directory)
+    _check_documents(directory, manifest["num_blocks"])
+    return manifest
+
+
 def _clean_temporary_files(directory: Path) -> None:
     for stale in directory.glob(".embeddings-*.tmp"):
         stale.unlink(missing_ok=True)
@@ -151,11 +189,12 @@ def build_index(
     settings = {"num_blocks": num_blocks, "dim": dim, "shard_size": shard_size, "max_length": max_length,
                 "batch_size": batch_size, "provenance": provenance or {}}  # fmt: skip
 
+    if num_blocks == 0:
+        raise InputError("build_index: expected at least one document to embed, got none")
     if state.is_main_process:
+        refuse_finished_index(directory)
         directory.mkdir(parents=True, exist_ok=True)
         _clean_temporary_files(directory)
-        if (directory / MANIFEST_NAME).is_file() and not (directory / BUILD_SETTINGS_NAME).is_file():
-            raise ValueError(f"{directory} already holds an index; use add_to_index to extend it.")
         _check_settings(directory, settings)
     state.wait_for_everyone()
 
@@ -174,6 +213,8 @@ def build_index(
         for shard in plan:
             if not _shard_is_complete(directory / shard["file"], shard["count"], dim):
                 raise RuntimeError(f"shard {shard['file']} is missing or incomplete after the build.")
+        _check_documents(directory, num_blocks)
+        # Written last: an index.json means documents, embeddings and manifest agree.
         write_manifest(directory, manifest)
         (directory / BUILD_SETTINGS_NAME).unlink(missing_ok=True)
     state.wait_for_everyone()
@@ -208,7 +249,7 @@ def add_to_index(
     directory = Path(index_dir)
     manifest = read_manifest(directory)
     if embedder.config.retriever_proj_size != manifest["dim"]:
-        raise ValueError(
+        raise IndexMismatchError(
             f"the embedder's retriever_proj_size ({embedder.config.retriever_proj_size}) does not match the index "
             f"dimension ({manifest['dim']})."
         )
@@ -264,7 +305,9 @@ def add_documents(embedder, tokenizer, index_dir: str | Path, documents, *, batc
     store = DocumentStore.load(directory / DOCUMENTS_DIR)
     num_blocks = read_manifest(directory)["num_blocks"]
     if len(store) != num_blocks:
-        raise ValueError(f"{directory} is inconsistent: {len(store)} documents but {num_blocks} embedded blocks.")
+        raise IndexMismatchError(
+            f"{directory} is inconsistent: {len(store)} documents but {num_blocks} embedded blocks", path=directory
+        )
     new = documents if isinstance(documents, DocumentStore) else DocumentStore.from_records(documents)
     new_ids = add_to_index(embedder, tokenizer, new, directory, batch_size=batch_size, progress=progress)
     state = process_state()
@@ -333,5 +376,7 @@ __all__ = [
     "as_documents",
     "build_index",
     "offload_block_embeddings",
+    "refuse_finished_index",
+    "verify_index",
     "write_index",
 ]

@@ -20,6 +20,7 @@ import torch
 from safetensors.numpy import save_file
 
 from ..atomic import atomic_path, atomic_write_bytes
+from ..errors import FileFormatError, IndexMismatchError, MissingFileError
 from ..safetensors_format import check_complete, memmap_tensor, read_file_header
 
 INDEX_FORMAT = "realm_hf.index"
@@ -49,30 +50,55 @@ def write_embedding_shard(path: Path, embeddings: np.ndarray | torch.Tensor, dty
 def open_embedding_shard(path: Path) -> np.ndarray:
     """Memory-maps a shard's `(count, dim)` array read-only, checking that the file is complete."""
     path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"index shard {path} is missing")
     data_start, header, size = read_file_header(path)
     entry = header.get(EMBEDDINGS_KEY)
     if not isinstance(entry, dict) or entry.get("dtype") not in ("F32", "F16") or len(entry.get("shape", ())) != 2:
-        raise ValueError(f"{path} holds no 2-D float32/float16 tensor named {EMBEDDINGS_KEY!r}: {sorted(header)}.")
+        raise FileFormatError(
+            f"{path} holds no 2-D float32/float16 tensor named {EMBEDDINGS_KEY!r}: {sorted(header)}.", path=path
+        )
     check_complete(header, data_start, size, str(path))
     return memmap_tensor(path, data_start, entry)
 
 
 def read_manifest(directory: Path) -> dict:
-    """Reads and checks `index.json`; raises `ValueError` naming what is missing or inconsistent."""
+    """Reads and checks `index.json`; raises `FileFormatError` naming the file and what is missing or inconsistent,
+    `MissingFileError` if there is none."""
     path = Path(directory) / MANIFEST_NAME
     if not path.is_file():
-        raise FileNotFoundError(f"{directory} is not a realm_hf index: {MANIFEST_NAME} is missing.")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+        raise MissingFileError(f"{directory} is not a realm_hf index: {MANIFEST_NAME} is missing.")
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except ValueError as error:  # also a UnicodeDecodeError
+        raise FileFormatError(f"{path} is not valid JSON: {error}", path=path) from None
+    if not isinstance(manifest, dict):
+        raise FileFormatError(f"{path}: expected a JSON object, got {type(manifest).__name__}.", path=path)
     if manifest.get("format") != INDEX_FORMAT:
-        raise ValueError(f"{path} has format {manifest.get('format')!r}, expected {INDEX_FORMAT!r}.")
+        raise FileFormatError(f"{path} has format {manifest.get('format')!r}, expected {INDEX_FORMAT!r}.", path=path)
+    shards, num_blocks, dim = manifest.get("shards"), manifest.get("num_blocks"), manifest.get("dim")
+    if not isinstance(shards, list) or not _is_count(num_blocks) or not _is_count(dim) or dim == 0:
+        raise FileFormatError(f"{path}: expected a list of shards and integer num_blocks and dim >= 1, got shards "
+                              f"{type(shards).__name__}, num_blocks {num_blocks!r}, dim {dim!r}.", path=path)  # fmt: skip
     expected_start = 0
-    for shard in manifest["shards"]:
+    for shard in shards:
+        if not isinstance(shard, dict) or not isinstance(shard.get("file"), str) or "/" in shard["file"] or not all(
+            _is_count(shard.get(key)) for key in ("start", "count")
+        ):
+            raise FileFormatError(f"{path}: expected each shard as {{file, start, count}}, got {shard!r:.200}.",
+                                  path=path)  # fmt: skip
         if shard["start"] != expected_start:
-            raise ValueError(f"{path}: shard {shard['file']} starts at {shard['start']}, expected {expected_start}.")
+            raise IndexMismatchError(f"{path}: shard {shard['file']} starts at {shard['start']}, expected "
+                                     f"{expected_start}.", path=path)  # fmt: skip
         expected_start += shard["count"]
-    if expected_start != manifest["num_blocks"]:
-        raise ValueError(f"{path}: shards hold {expected_start} blocks but num_blocks is {manifest['num_blocks']}.")
+    if expected_start != num_blocks:
+        raise IndexMismatchError(f"{path}: shards hold {expected_start} blocks but num_blocks is {num_blocks}.",
+                                 path=path)  # fmt: skip
     return manifest
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:
@@ -87,8 +113,10 @@ def open_index_shards(directory: Path) -> tuple[dict, list[np.ndarray]]:
     for shard in manifest["shards"]:
         array = open_embedding_shard(Path(directory) / shard["file"])
         if array.shape != (shard["count"], manifest["dim"]):
-            raise ValueError(
-                f"{shard['file']} has shape {array.shape}, the manifest says ({shard['count']}, {manifest['dim']})."
+            raise IndexMismatchError(
+                f"{Path(directory) / shard['file']} has shape {array.shape}, the manifest says ({shard['count']}, "
+                f"{manifest['dim']}).",
+                path=Path(directory) / shard["file"],
             )
         shards.append(array)
     return manifest, shards

@@ -1,0 +1,57 @@
+"""The project's exceptions. Each is also a `ValueError` or an `OSError`, so code written against the built-in types
+keeps catching them; the command line maps them to exit codes in one place (`realm_hf.cli.main`).
+
+    RealmHfError                      base of everything below (never raised itself)
+    ├── UsageError (ValueError)       the command line asks for something that cannot be done: exit code 2
+    ├── InputError (ValueError)       a question, value or argument the API cannot use (blank question, bad ids, ...)
+    ├── FileFormatError (ValueError)  a user file is malformed: names the file and, where known, the line or byte
+    │   └── IndexMismatchError        the parts of an index disagree (documents vs embedding rows, dims)
+    ├── MissingFileError (FileNotFoundError)  a path the user named does not exist
+    └── ModelLoadError (OSError)      a model (directory or Hub repo id) could not be loaded: says why
+
+Every message says what was expected and what was received, in one line.
+"""
+
+
+class RealmHfError(Exception):
+    """Base of the project's exceptions."""
+
+
+class UsageError(RealmHfError, ValueError):
+    """The command line asks for something that cannot be done (no questions, conflicting options)."""
+
+
+class InputError(RealmHfError, ValueError):
+    """A question, value or argument that the library cannot use."""
+
+
+class FileFormatError(RealmHfError, ValueError):
+    """A file the user gave is malformed or not of the expected kind. The message names the file; `path` holds it
+    and `location` where in it ("line 3", "byte 17"), when known."""
+
+    def __init__(self, message: str, *, path=None, location: str | None = None):
+        self.path, self.location = (str(path) if path is not None else None), location
+        super().__init__(message)
+
+
+class IndexMismatchError(FileFormatError):
+    """The parts of an index (documents, embedding shards, manifest) disagree."""
+
+
+class MissingFileError(RealmHfError, FileNotFoundError):
+    """A file or directory the user named does not exist."""
+
+
+class ModelLoadError(RealmHfError, OSError):
+    """A model could not be loaded from the directory or Hub repo id given; the message says why."""
+
+
+__all__ = [
+    "FileFormatError",
+    "IndexMismatchError",
+    "InputError",
+    "MissingFileError",
+    "ModelLoadError",
+    "RealmHfError",
+    "UsageError",
+]

@@ -1,0 +1,249 @@
+"""A catalogue of bad inputs, across the command line and the API (issue 16): every one a clean failure.
+
+On the command line: the exit code (2 usage, 1 runtime), a last stderr line `realm-hf COMMAND: error: ...` naming the
+cause, no traceback, no input file modified and no index that looks complete (an `index.json`) where there was none.
+The commands run in-process (`main(argv)`); test_cli_processes.py runs the few that need a real process.
+"""
+
+import hashlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from realm_hf import RealmEmbedder, RealmForOpenQA, RealmRetriever
+from realm_hf.cli.main import main
+from realm_hf.demo import ensure_demo_model
+from realm_hf.errors import FileFormatError, IndexMismatchError, InputError, MissingFileError, RealmHfError
+from realm_hf.retrieval.document_store import DocumentStore
+from realm_hf.retrieval.index_builder import write_index
+from realm_hf.retrieval.index_files import read_manifest
+from realm_hf.retrieval.torch_search import ExactSearcher
+
+GOOD = "".join(json.dumps({"title": f"Doc {i}", "text": f"Paris is the capital of France {i}."}) + "\n" for i in range(6))
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    return ensure_demo_model(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, demo_dir):
+    """The user's files, made once; the test checks that none of them changes."""
+    root = tmp_path_factory.mktemp("inputs")
+    files = {
+        "good.jsonl": GOOD.encode(),
+        "empty.jsonl": b"",
+        "blank.jsonl": b"\n  \n",
+        "notext.jsonl": b'{"title": "a", "body": "b"}\n',
+        "broken.jsonl": b'{"text": "a"}\n{"text": "b",\n',
+        "list.jsonl": b'{"text": "a"}\n["text"]\n',
+        "latin1.jsonl": b'{"text": "a"}\n{"text": "caf\xe9"}\n',
+        "wrong.csv": b"foo,bar\n1,2\n",
+        "wrong.tsv": b"foo\tbar\n1\t2\n",
+        "empty.csv": b"",
+        "broken.parquet": b"PAR1 not really parquet",
+        "notes.txt": b"Paris is the capital of France.\n",
+    }
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    # A finished index over good.jsonl, and copies of it damaged in one part each.
+    finished = root / "finished"
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(root / "good.jsonl"), "--output",
+                 str(finished), "--quiet"]) == 0  # fmt: skip
+    broken_manifest = root / "broken-manifest"
+    _copy_tree(finished, broken_manifest)
+    (broken_manifest / "index.json").write_text('{"format": "realm_hf.index", "dim": 32,, }')
+    fewer_documents = root / "fewer-documents"
+    _copy_tree(finished, fewer_documents)
+    DocumentStore.from_records([{"text": "only one", "title": ""}]).save(fewer_documents / "documents", )
+    # What the first build over an empty JSONL used to leave: documents/ with no documents, no index.json.
+    leftover = root / "leftover"
+    DocumentStore.from_records([]).save(leftover / "documents")
+    return root
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    import shutil
+
+    shutil.copytree(source, target)
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}  # fmt: skip
+
+
+def _complete_indexes(root: Path) -> set[str]:
+    return {str(path.parent.relative_to(root)) for path in root.rglob("index.json")}
+
+
+# (id, argv with {in} = the inputs folder, {demo} = the demo model and {out} = a fresh output folder, stdin bytes or
+# None, expected exit code, text the last stderr line must hold)
+CLI_CASES = [
+    ("unknown-command", ["frobnicate"], None, 2, "invalid choice: 'frobnicate'"),
+    ("top-k-zero", ["ask", "--model", "{demo}", "--top-k", "0", "q?"], None, 2, "expected a positive integer, got '0'"),
+    ("batch-size-word", ["ask", "--batch-size", "many", "q?"], None, 2, "expected a positive integer, got 'many'"),
+    ("build-missing-args", ["index", "build", "--model", "{demo}"], None, 2, "required: --corpus, --output"),
+    ("build-shard-size-zero", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
+                               "{out}", "--shard-size", "0"], None, 2, "expected a positive integer, got '0'"),
+    ("ask-no-such-model", ["ask", "--model", "{in}/no/such/dir", "q?"], None, 1, "no/such/dir': no such directory"),
+    ("ask-model-is-a-file", ["ask", "--model", "{in}/notes.txt", "q?"], None, 1, "is a file; expected a model"),
+    ("ask-empty", ["ask", "--model", "{demo}", ""], None, 2, "expected a question, received only blank ones"),
+    ("ask-blank", ["ask", "--model", "{demo}", "   "], None, 2, "expected a question, received only blank ones"),
+    ("ask-one-empty-of-two", ["ask", "--model", "{demo}", "Where is Paris?", ""], None, 1,
+     "1 of 2 questions could not be asked (first: expected a question, received an empty string)"),
+    ("ask-lone-surrogate", ["ask", "--model", "{demo}", "caf\udce9?"], None, 1, "lone surrogate '\\udce9'"),
+    ("ask-stdin-blank", ["ask", "--model", "{demo}"], b"\n   \n\n", 2, "received only blank lines"),
+    ("ask-stdin-latin1", ["ask", "--model", "{demo}"], b"who?\ncaf\xe9?\n", 1,
+     "expected UTF-8 text, received byte 0xe9 at byte offset 8"),
+    ("build-empty-jsonl", ["index", "build", "--model", "{demo}", "--corpus", "{in}/empty.jsonl", "--output", "{out}"],
+     None, 1, "expected at least one document"),
+    ("build-blank-jsonl", ["index", "build", "--model", "{demo}", "--corpus", "{in}/blank.jsonl", "--output", "{out}"],
+     None, 1, "expected at least one document"),
+    ("build-jsonl-without-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notext.jsonl", "--output",
+                                  "{out}"], None, 1, "expected a text column 'text', found columns ['title', 'body']"),
+    ("build-broken-json-line", ["index", "build", "--model", "{demo}", "--corpus", "{in}/broken.jsonl", "--output",
+                                "{out}"], None, 1, "broken.jsonl line 2: expected JSON Lines"),
+    ("build-json-list-line", ["index", "build", "--model", "{demo}", "--corpus", "{in}/list.jsonl", "--output",
+                              "{out}"], None, 1, "list.jsonl line 2: expected JSON Lines (one JSON object per line)"),
+    ("build-latin1-jsonl", ["index", "build", "--model", "{demo}", "--corpus", "{in}/latin1.jsonl", "--output",
+                            "{out}"], None, 1, "latin1.jsonl line 2: expected UTF-8 text, received byte 0xe9"),
+    ("build-csv-wrong-columns", ["index", "build", "--model", "{demo}", "--corpus", "{in}/wrong.csv", "--output",
+                                 "{out}"], None, 1, "expected a text column 'text', found columns ['foo', 'bar']"),
+    ("build-tsv-wrong-columns", ["index", "build", "--model", "{demo}", "--corpus", "{in}/wrong.tsv", "--output",
+                                 "{out}"], None, 1, "expected a text column 'text', found columns ['foo', 'bar']"),
+    ("build-empty-csv", ["index", "build", "--model", "{demo}", "--corpus", "{in}/empty.csv", "--output", "{out}"],
+     None, 1, "empty.csv could not be read as csv"),
+    ("build-broken-parquet", ["index", "build", "--model", "{demo}", "--corpus", "{in}/broken.parquet", "--output",
+                              "{out}"], None, 1, "broken.parquet could not be read as parquet"),
+    ("build-unknown-suffix", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notes.txt", "--output",
+                              "{out}"], None, 1, "notes.txt: expected a file ending in one of"),
+    ("build-missing-corpus", ["index", "build", "--model", "{demo}", "--corpus", "{in}/missing.jsonl", "--output",
+                              "{out}"], None, 1, "missing.jsonl' does not exist"),
+    ("build-no-such-model", ["index", "build", "--model", "./no-such-model", "--corpus", "{in}/good.jsonl",
+                             "--output", "{out}"], None, 1, "'./no-such-model': no such directory"),
+    ("build-into-finished-index", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
+                                   "{in}/finished"], None, 2, "add documents to it with `realm-hf index add --index"),
+    ("build-over-empty-leftover", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
+                                   "{in}/leftover"], None, 1, "holds a partial build over another corpus (0 documents"),
+    ("add-to-a-non-index", ["index", "add", "--index", "{in}/leftover", "--model", "{demo}", "--corpus",
+                            "{in}/good.jsonl"], None, 1, "is not a realm_hf index: index.json is missing"),
+    ("add-broken-manifest", ["index", "add", "--index", "{in}/broken-manifest", "--model", "{demo}", "--corpus",
+                             "{in}/good.jsonl"], None, 1, "broken-manifest/index.json is not valid JSON"),
+    ("add-documents-disagree", ["index", "add", "--index", "{in}/fewer-documents", "--model", "{demo}", "--corpus",
+                                "{in}/good.jsonl"], None, 1, "inconsistent: 1 documents but 6 embedded blocks"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "stdin", "code", "message"), [case[1:] for case in CLI_CASES],
+                         ids=[case[0] for case in CLI_CASES])  # fmt: skip
+def test_cli_bad_input_is_one_clean_line(argv, stdin, code, message, inputs, demo_dir, tmp_path, capsys, monkeypatch):
+    output = tmp_path / "out"
+    argv = [arg.format(**{"in": inputs, "demo": demo_dir, "out": output}) for arg in argv]
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    before, complete_before = _hashes(inputs), _complete_indexes(inputs)
+    try:
+        returned = main(argv)
+    except SystemExit as exit_info:  # argparse's usage errors
+        returned = exit_info.code
+    err = capsys.readouterr().err
+    assert returned == code, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("realm-hf") and "error: " in last, err[-2000:]
+    assert message in last, last
+    assert "Traceback" not in err
+    assert _hashes(inputs) == before  # nothing the user gave was modified
+    assert _complete_indexes(inputs) == complete_before
+    assert not output.exists() or not (output / "index.json").exists()
+
+
+def test_ask_answers_the_good_questions_of_a_batch_and_flags_the_bad(demo_dir, capsys):
+    assert main(["ask", "--model", str(demo_dir), "--json", "Where is Paris?", "  ", "Who wrote Hamlet?"]) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["question"] for line in lines] == ["Where is Paris?", "  ", "Who wrote Hamlet?"]
+    assert lines[1] == {"question": "  ", "error": "expected a question, received only whitespace '  '"}
+    assert "error" not in lines[0] and "error" not in lines[2] and lines[0]["answer"] and lines[2]["answer"]
+
+
+def test_top_k_beyond_the_candidate_spans_is_capped_with_a_warning(demo_dir, capsys, caplog):
+    assert main(["ask", "--model", str(demo_dir), "--json", "--top-k", "100000", "Where is Paris?"]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "top_k=100000 exceeds the" in caplog.text and "candidate spans of the blocks read" in caplog.text
+    assert 1 < len(answers) < 100000
+
+
+def test_a_rerun_after_a_failed_build_succeeds_and_agrees(inputs, demo_dir, tmp_path, capsys):
+    """The sequence of the report: a failed build (empty corpus) leaves nothing; the rerun with a good corpus gives
+    an index whose documents and embeddings agree."""
+    output = tmp_path / "index"
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(inputs / "empty.jsonl"), "--output",
+                 str(output)]) == 1  # fmt: skip
+    assert not output.exists()
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(inputs / "good.jsonl"), "--output",
+                 str(output), "--quiet"]) == 0  # fmt: skip
+    assert "indexed 6 blocks" in capsys.readouterr().out
+    assert len(DocumentStore.load(output / "documents")) == read_manifest(output)["num_blocks"] == 6
+
+
+# --- the API: the same causes raise the project's exceptions (ValueError / OSError subclasses) ----------------------
+
+
+def test_api_ids_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match="token id 150, outside this model's vocabulary of 99 ids"):
+        RealmEmbedder(tiny_config()).eval()(torch.tensor([[1, 150, 2]]))
+
+
+def test_api_question_longer_than_the_position_embeddings():
+    with pytest.raises(ValueError, match="70 tokens per sequence, more than this model's 64 position embeddings"):
+        RealmEmbedder(tiny_config()).eval()(torch.ones(1, 70, dtype=torch.long))
+
+
+def test_api_pipeline_truncates_an_over_long_question_with_a_warning(demo_dir, caplog):
+    from transformers import pipeline
+
+    open_qa = pipeline("open-qa", model=str(demo_dir), device="cpu")
+    answer = open_qa("where is paris " * 200)
+    assert answer["evidence"] and "question of 602 tokens truncated to 64" in caplog.text
+    assert "Token indices sequence length" not in caplog.text
+
+
+def test_api_lone_surrogate_in_a_question(demo_dir):
+    from transformers import pipeline
+
+    open_qa = pipeline("open-qa", model=str(demo_dir), device="cpu")
+    with pytest.raises(InputError, match="lone surrogate") as error_info:
+        open_qa("caf\udce9?")
+    assert isinstance(error_info.value, ValueError)
+
+
+def test_api_index_of_another_dimension_names_both(demo_dir, tmp_path):
+    write_index(torch.randn(16, 16), tmp_path / "index16")
+    retriever = RealmRetriever.from_pretrained(demo_dir)
+    model = RealmForOpenQA.from_pretrained(demo_dir, retriever=retriever,
+                                           searcher=ExactSearcher.from_index(tmp_path / "index16")).eval()  # fmt: skip
+    inputs = retriever.tokenizer(["where is paris?"], return_tensors="pt")
+    with pytest.raises(ValueError, match="the index holds 16-d block embeddings but this model embeds questions in 32-d"):
+        model(**inputs)
+
+
+def test_api_readers_raise_named_errors(inputs, tmp_path):
+    with pytest.raises(FileFormatError, match="broken.jsonl line 2") as error_info:
+        DocumentStore.from_file(inputs / "broken.jsonl")
+    assert error_info.value.location == "line 2" and isinstance(error_info.value, ValueError)
+    with pytest.raises(FileFormatError, match="index.json is not valid JSON"):
+        read_manifest(inputs / "broken-manifest")
+    with pytest.raises(MissingFileError, match="index.json is missing") as missing:
+        read_manifest(inputs / "leftover")
+    assert isinstance(missing.value, FileNotFoundError)
+    with pytest.raises(IndexMismatchError, match="inconsistent: 1 documents in .* but 6 embedded blocks"):
+        from realm_hf.retrieval.index_builder import verify_index
+
+        verify_index(inputs / "fewer-documents")
+    assert issubclass(IndexMismatchError, RealmHfError)
