@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
+from realm_hf.checkpoints import describe_damaged_weights
 from realm_hf.conversion.tf_reader import TFCheckpointReader, TFRecordFile, write_tfrecords
 from realm_hf.errors import RealmHfError
-from realm_hf.modeling.checkpoint_files import describe_damaged_weights
 from realm_hf.retrieval.block_records import load_block_records, save_block_records
 from realm_hf.retrieval.document_store import DocumentStore
 from realm_hf.retrieval.index_builder import write_index
