@@ -6,11 +6,13 @@ from .finetune import (
     OpenQACollator,
     OpenQATrainer,
     answers_of,
+    enable_length_buckets,
     freeze_unused_parameters,
     freeze_word_embeddings,
     num_update_steps,
     orqa_training_arguments,
     orqa_warmup_steps,
+    precision_settings,
 )
 from .ict import (
     ICTCollator,
@@ -69,6 +71,8 @@ __all__ = [
     "mask_salient_span",
     "num_update_steps",
     "orqa_training_arguments",
+    "precision_settings",
+    "enable_length_buckets",
     "orqa_warmup_steps",
     "pretraining_warmup_steps",
     "realm_pretraining_loss",
