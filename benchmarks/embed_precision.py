@@ -74,7 +74,8 @@ def main() -> None:
           f"{'yes' if cpu_has_native_bf16() else 'no'}, load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
     print("| precision | seconds | blocks / s | vs fp32 |\n|---|---:|---:|---:|")
     for name in ("fp32", "bf16"):
-        print(f"| {name} | {seconds[name]:.1f} | {count / seconds[name]:.1f} | {seconds['fp32'] / seconds[name]:.2f}x |")
+        ratio = seconds["fp32"] / seconds[name]
+        print(f"| {name} | {seconds[name]:.1f} | {count / seconds[name]:.1f} | {ratio:.2f}x |")
     print(f"\ntop-{k} overlap, bf16-built vs fp32-built index, {len(questions)} questions: {overlap:.4f}; "
           f"mean relative embedding difference {float(relative):.2e}")
     if args.json:

@@ -59,9 +59,9 @@ from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
 from realm_hf.conversion.bert import realm_model_from_bert
 from realm_hf.data.corpora import build_offline_document_store
 from realm_hf.data.questions import build_factbook_questions
-from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever, tokenize_corpus
 from realm_hf.modeling.modeling_realm import length_buckets
 from realm_hf.precision import cpu_has_native_bf16
+from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever, tokenize_corpus
 from realm_hf.retrieval.torch_search import ExactSearcher
 from realm_hf.training import OpenQACollator, enable_length_buckets, freeze_unused_parameters
 
@@ -154,8 +154,8 @@ def bound_step(model, collator, read: ReadBlocks, max_buckets: int, rows, bf16: 
         loss = model.embedder(input_ids=questions["input_ids"], attention_mask=questions["attention_mask"],
                               token_type_ids=questions["token_type_ids"]).projected_score.float().sum()  # fmt: skip
         for group, length in groups:
-            states = model.reader.realm(**{key: value[group, :length] for key, value in flat.items()}).last_hidden_state
-            loss = loss + states.float().sum()
+            states = model.reader.realm(**{key: value[group, :length] for key, value in flat.items()})
+            loss = loss + states.last_hidden_state.float().sum()
     return loss
 
 

@@ -374,8 +374,8 @@ def main(argv=None) -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--eval-steps", type=int, default=49)
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
-                        help="ICT, index build and fine-tuning precision (auto: bf16 where the CPU has AVX512-BF16/AMX; "
-                        "fine-tuning always uses length-bucketed reading and fused AdamW)")  # fmt: skip
+                        help="ICT, index build and fine-tuning precision (auto: bf16 where the CPU has "
+                        "AVX512-BF16/AMX; fine-tuning always reads in length groups, with fused AdamW)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     random.seed(args.seed)

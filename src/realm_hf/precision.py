@@ -80,8 +80,10 @@ def resolve_precision(precision: str | None = "auto", device="cpu") -> str:
         import torch
         from transformers.utils import logging
 
-        logging.get_logger(__name__).warning("bf16 was asked for on %s, which has no native bf16: it is emulated and slower than fp32.",
-                       torch.device(device).type)  # fmt: skip
+        logging.get_logger(__name__).warning(
+            "bf16 was asked for on %s, which has no native bf16: it is emulated and slower than fp32.",
+            torch.device(device).type,
+        )  # fmt: skip
     return precision
 
 

@@ -18,7 +18,12 @@ from realm_hf.precision import (
     resolve_precision,
 )
 from realm_hf.retrieval.embedding import embed_blocks
-from realm_hf.training import enable_length_buckets, ict_training_arguments, orqa_training_arguments, precision_settings
+from realm_hf.training import (
+    enable_length_buckets,
+    ict_training_arguments,
+    orqa_training_arguments,
+    precision_settings,
+)
 
 
 def _mask(lengths, seq_len):
@@ -72,7 +77,8 @@ def test_bucketed_reader_equals_padded_reader_logits_loss_and_gradients():
     inputs = _reader_inputs()
     padded = reader(**inputs, return_dict=True)
     padded.loss.backward()
-    padded_grads = {name: parameter.grad.clone() for name, parameter in reader.named_parameters() if parameter.grad is not None}
+    padded_grads = {name: parameter.grad.clone() for name, parameter in reader.named_parameters()
+                    if parameter.grad is not None}  # fmt: skip
     reader.zero_grad()
     enable_length_buckets(reader, 4)
     seen = []
@@ -117,7 +123,7 @@ def test_open_qa_with_length_buckets_equals_the_padded_forward(retrieval_vocab_f
         model.block_emb.normal_()
     model.eval()
     questions = tokenizer(["test question", "this is the lowest question want"], padding=True, return_tensors="pt")
-    answers = [tokenizer(["fifth"], add_special_tokens=False).input_ids, tokenizer(["lowest"], add_special_tokens=False).input_ids]
+    answers = [tokenizer([answer], add_special_tokens=False).input_ids for answer in ("fifth", "lowest")]
     plain = model(**questions, answer_ids=answers)
     enable_length_buckets(model, 4)
     bucketed = model(**questions, answer_ids=answers)
@@ -232,7 +238,7 @@ def test_autocast_context_and_fp32_losses_under_bf16(retrieval_vocab_file):
     with torch.no_grad():
         model.block_emb.normal_()
     questions = tokenizer(["test question", "the lowest want"], padding=True, return_tensors="pt")
-    answers = [tokenizer(["fifth"], add_special_tokens=False).input_ids, tokenizer(["lowest"], add_special_tokens=False).input_ids]
+    answers = [tokenizer([answer], add_special_tokens=False).input_ids for answer in ("fifth", "lowest")]
     fp32 = model(**questions, answer_ids=answers).reader_output
     with autocast("bf16"):
         bf16 = model(**questions, answer_ids=answers).reader_output
