@@ -92,7 +92,9 @@ def autocast(precision: str, device="cpu"):
     import torch
 
     device_type = torch.device(device).type
-    if resolve_precision(precision, device) == "bf16":
+    if precision not in ("bf16", "fp32"):
+        precision = resolve_precision(precision, device)  # "auto" (or an error); an explicit choice warns once, there
+    if precision == "bf16":
         return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
