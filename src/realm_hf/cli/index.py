@@ -4,6 +4,8 @@ import argparse
 import json
 from pathlib import Path
 
+from realm_hf.precision import add_precision_argument, precision_from_args
+
 from .arguments import positive_int
 
 # The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
@@ -101,7 +103,7 @@ def cmd_build(args) -> int:
     state.wait_for_everyone()
     manifest = build_index(
         embedder, tokenizer, store, output, shard_size=args.shard_size, batch_size=args.batch_size,
-        max_length=args.max_length, progress=not args.quiet,
+        max_length=args.max_length, progress=not args.quiet, precision=precision_from_args(args),
         provenance={"model": model_name, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint()},
     )  # fmt: skip
     if state.is_main_process:
@@ -193,6 +195,7 @@ def add_parser(subparsers) -> None:
     build.add_argument("--batch-size", type=positive_int, default=64, help="blocks per forward pass (default: 64)")
     build.add_argument("--max-length", type=positive_int, default=288, help="wordpieces per block (default: 288)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_precision_argument(build, "embedding")
     build.set_defaults(func=cmd_build)
 
     add = commands.add_parser("add", help="embed new documents and append them (existing ids never change)")

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from realm_hf.precision import add_precision_argument, precision_from_args
+
 from .arguments import finished_run, non_negative_float, non_negative_int, positive_int
 
 HELP = """\
@@ -74,6 +76,7 @@ def cmd_pretrain(args) -> int:
         RealmPretrainer,
         SalientSpanCollator,
         freeze_pretraining_unused_parameters,
+        precision_settings,
         pretraining_warmup_steps,
     )
 
@@ -81,6 +84,11 @@ def cmd_pretrain(args) -> int:
 
     output = Path(args.output_dir)
     state = process_state()
+    try:
+        precision = precision_from_args(args)
+    except ValueError as error:
+        print(f"realm-hf pretrain: {error}", file=sys.stderr)
+        return 2
     if not args.no_resume and finished_run(output / "pretrain_results.json", args.max_steps):
         return 0
     try:
@@ -114,7 +122,8 @@ def cmd_pretrain(args) -> int:
             print(f"realm-hf pretrain: {args.index} is not an index directory (no index.json).", file=sys.stderr)
             return 1
         build_index(model.embedder, tokenizer, documents, initial_index, batch_size=args.embed_batch_size,
-                    max_length=args.block_length, provenance={"refreshed_at_step": 0})  # fmt: skip
+                    max_length=args.block_length, provenance={"refreshed_at_step": 0},
+                    precision=precision)  # fmt: skip
     candidates = PretrainingCandidates(ExactSearcher.from_index(initial_index), documents, tokenizer,
                                        num_candidates=args.num_candidates, max_block_length=args.block_length)  # fmt: skip
     refresher = None
@@ -130,7 +139,8 @@ def cmd_pretrain(args) -> int:
         warmup_steps=args.warmup_steps if args.warmup_steps is not None else pretraining_warmup_steps(args.max_steps),
         logging_steps=args.logging_steps, save_steps=args.save_steps, save_total_limit=2, seed=args.seed,
         remove_unused_columns=False, label_names=[], report_to=[], dataloader_num_workers=0, disable_tqdm=args.quiet,
-        use_cpu=not torch.cuda.is_available() or args.cpu, optim=args.optim,
+        optim=args.optim, **{"use_cpu": not torch.cuda.is_available() or args.cpu,
+                              **precision_settings(precision, not torch.cuda.is_available() or args.cpu)},
     )  # fmt: skip
     collator = SalientSpanCollator(tokenizer, tagger, max_length=args.query_length, seed=args.seed)
     trainer = RealmPretrainer(model=model, args=training_args, train_dataset=datasets.Dataset.from_list(rows),
@@ -176,8 +186,8 @@ def add_parser(subparsers) -> None:
     pretrain.add_argument("--retriever-start-step", type=non_negative_int, default=0,
                           help="steps before the embedder starts learning (its learning rate is 0 until then, then "
                                "warms up): lets an encoder with a fresh MLM head learn to read blocks first")  # fmt: skip
-    pretrain.add_argument("--optim", default="adamw_torch", help="a TrainingArguments optimizer name (default: "
-                                                                 "adamw_torch)")  # fmt: skip
+    pretrain.add_argument("--optim", default="adamw_torch_fused", help="a TrainingArguments optimizer name (default: "
+                          "adamw_torch_fused)")  # fmt: skip
     pretrain.add_argument("--warmup-steps", type=int, help="default: REALM's min(10000, max(100, steps / 10))")
     pretrain.add_argument("--num-candidates", type=positive_int, default=8, help="null document + retrieved blocks "
                                                                                    "per sentence (REALM: 8)")  # fmt: skip
@@ -201,6 +211,7 @@ def add_parser(subparsers) -> None:
                           help="keep the word embeddings (and the tied MLM decoder) fixed: about half the optimizer "
                                "work for MiniLM-sized models on a CPU; not REALM's recipe")  # fmt: skip
     pretrain.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is available")
+    add_precision_argument(pretrain)
     pretrain.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
     pretrain.add_argument("--quiet", action="store_true", help="no progress bars")
     pretrain.set_defaults(func=cmd_pretrain)

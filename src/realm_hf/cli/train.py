@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+from realm_hf.precision import add_precision_argument, precision_from_args
+
 from .arguments import finished_run, positive_int
 
 HELP = """\
@@ -94,7 +96,13 @@ def cmd_train(args) -> int:
         overrides["warmup_steps"] = args.warmup_steps
     if dev_rows is None:
         overrides.update({"eval_strategy": "no", "load_best_model_at_end": False, "metric_for_best_model": None})
-    training_args = orqa_training_arguments(str(output), max_steps, eval_steps=eval_steps, **overrides)
+    try:
+        precision = precision_from_args(args)
+    except ValueError as error:
+        print(f"realm-hf train: {error}", file=sys.stderr)
+        return 2
+    training_args = orqa_training_arguments(str(output), max_steps, eval_steps=eval_steps, precision=precision,
+                                            **overrides)  # fmt: skip
 
     tokenizer = RealmTokenizer.from_pretrained(args.model)
     documents = _documents(args)
@@ -163,8 +171,8 @@ def add_parser(subparsers) -> None:
     train.add_argument("--learning-rate", type=float, default=1e-5, help="peak learning rate (ORQA: 1e-5)")
     train.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default: ORQA's min(10000, max(100, "
                                                         "steps / 10)))")  # fmt: skip
-    train.add_argument("--optim", default="adamw_torch", help="a TrainingArguments optimizer name (default: "
-                                                              "adamw_torch, ORQA's AdamW)")  # fmt: skip
+    train.add_argument("--optim", default="adamw_torch_fused", help="a TrainingArguments optimizer name (default: "
+                       "adamw_torch_fused: ORQA's AdamW in one fused kernel)")  # fmt: skip
     train.add_argument("--eval-steps", type=positive_int, help="steps between evaluations/checkpoints "
                                                                "(default: a tenth of the run)")  # fmt: skip
     train.add_argument("--logging-steps", type=positive_int, help="steps between logged losses")
@@ -178,6 +186,7 @@ def add_parser(subparsers) -> None:
     train.add_argument("--freeze-word-embeddings", action="store_true",
                        help="keep both encoders' word embeddings fixed (small training sets; not ORQA's recipe)")
     train.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is available")
+    add_precision_argument(train)
     train.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     train.set_defaults(func=cmd_train)

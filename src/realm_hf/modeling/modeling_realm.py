@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import MaskedLMOutput
+from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions, MaskedLMOutput
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
     BertLayer,
@@ -130,7 +130,7 @@ class RealmReaderProjection(nn.Module):
         start_projection, end_projection = self.dense_intermediate(hidden_states).chunk(2, dim=-1)  # (B, R, L, S)
         span_hidden = self.relu(start_projection[..., candidate_starts, :] + end_projection[..., candidate_ends, :])
         span_hidden = self.layer_normalization(span_hidden)  # (B, R, N, S)
-        reader_logits = self.dense_output(span_hidden).squeeze(-1)  # (B, R, N)
+        reader_logits = self.dense_output(span_hidden).squeeze(-1).float()  # (B, R, N), fp32 under autocast too
         reader_logits = reader_logits + mask_to_score(candidate_mask, dtype=reader_logits.dtype)
         return reader_logits, candidate_starts, candidate_ends
 
@@ -149,6 +149,14 @@ def mask_to_score(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> tor
     return (1.0 - mask.type(dtype)) * torch.finfo(dtype).min
 
 
+def fp32_einsum(equation: str, *operands: torch.Tensor) -> torch.Tensor:
+    """`torch.einsum` in fp32 even under bf16 autocast: retrieval logits are few but feed softmaxes over thousands of
+    blocks, where bf16's 8-bit mantissa would blur them."""
+    device_type = operands[0].device.type
+    with torch.autocast(device_type, enabled=False):
+        return torch.einsum(equation, *(operand.float() for operand in operands))
+
+
 def marginal_log_loss(logits: torch.Tensor, is_correct: torch.Tensor) -> torch.Tensor:
     """-log of the probability mass on the correct entries of the last dim: `logsumexp(all) - logsumexp(correct)`."""
     return torch.logsumexp(logits, dim=-1) - torch.logsumexp(logits + mask_to_score(is_correct, logits.dtype), dim=-1)
@@ -160,6 +168,44 @@ def marginal_token_log_likelihood(relevance_score: torch.Tensor, token_log_probs
     `relevance_score` `(B, C)` are retrieval logits, `token_log_probs` `(B, C, T)` are `log p(y_t | x, c)`; returns
     `(B, T)`. Used by `RealmKnowledgeAugEncoder` and by REALM pretraining (`realm_hf.training.pretrain`)."""
     return (relevance_score.log_softmax(-1).unsqueeze(-1) + token_log_probs).logsumexp(1)
+
+
+def length_buckets(attention_mask: torch.Tensor, max_buckets: int) -> list[tuple[torch.Tensor, int]] | None:
+    """Groups right-padded rows `(N, L)` into at most `max_buckets` groups of similar length, chosen to read the
+    fewest padded tokens (rows sorted by length, optimal contiguous split). Returns `[(row indices, length), ...]`, or
+    `None` when grouping would not save anything or a row is not right-padded (attends after a padding column)."""
+    mask = attention_mask.bool()
+    num_rows, seq_len = mask.shape
+    if num_rows < 2 or max_buckets < 2:
+        return None
+    lengths = mask.sum(-1)
+    # Right padding: each row attends to a prefix of its columns.
+    if not bool((mask.int().diff(dim=-1) <= 0).all()):
+        return None
+    sorted_lengths, order = torch.sort(lengths.clamp(min=1), stable=True)
+    values = sorted_lengths.tolist()
+    # best[k][j]: fewest tokens to read the first j rows in k groups; a group of rows i..j-1 costs (j - i) * l[j-1].
+    infinity = float("inf")
+    best = [[0.0] + [infinity] * num_rows]
+    cut = [[0] * (num_rows + 1)]
+    for _ in range(1, max_buckets + 1):
+        row, row_cut = [0.0] + [infinity] * num_rows, [0] * (num_rows + 1)
+        for end in range(1, num_rows + 1):
+            for start in range(end):
+                cost = best[-1][start] + (end - start) * values[end - 1]
+                if cost < row[end]:
+                    row[end], row_cut[end] = cost, start
+        best.append(row)
+        cut.append(row_cut)
+    num_groups = min(range(1, max_buckets + 1), key=lambda k: (best[k][num_rows], k))
+    if num_groups == 1 and values[-1] >= seq_len:
+        return None  # one group at the full length: the plain batch
+    groups, end = [], num_rows
+    for k in range(num_groups, 0, -1):
+        start = cut[k][end]
+        groups.append((order[start:end], int(values[end - 1])))
+        end = start
+    return groups[::-1]
 
 
 def _flatten_candidates(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
@@ -690,6 +736,10 @@ class RealmReader(RealmPreTrainedModel):
         # Never called: kept so that 4.x checkpoints load with no unexpected keys.
         self.cls = BertOnlyMLMHead(config)
         self.qa_outputs = RealmReaderProjection(config)
+        # Read the (B x R) blocks in up to this many groups of similar length, each padded to its own longest row
+        # (see `length_buckets`); 1 reads them as one batch padded to the longest block. Training sets it
+        # (`realm_hf.training.enable_length_buckets`); outputs equal the one-batch ones to rounding.
+        self.max_length_buckets = 1
         self.post_init()
 
     def get_input_embeddings(self):
@@ -851,7 +901,55 @@ class RealmReader(RealmPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids
         )
         flat_embeds = inputs_embeds.reshape(-1, *inputs_embeds.shape[-2:]) if inputs_embeds is not None else None
-        realm_outputs = self.realm(
+        buckets = None
+        if self.max_length_buckets > 1 and flat_embeds is None and flat_position_ids is None and flat_mask is not None:
+            if not output_attentions and not output_hidden_states:
+                buckets = length_buckets(flat_mask, self.max_length_buckets)
+        if buckets is not None:
+            # Each bucket of rows is read at its own longest length; padding tokens are masked out of attention, so
+            # a row's states equal the padded batch's to rounding. Padding columns come back as zeros (their spans
+            # are masked out of the logits either way).
+            pieces, order = [], []
+            for rows, length in buckets:
+                states = self.realm(
+                    flat_ids[rows, :length],
+                    attention_mask=flat_mask[rows, :length],
+                    token_type_ids=flat_token_types[rows, :length],
+                    return_dict=True,
+                ).last_hidden_state  # (rows, length, H)
+                pieces.append(nn.functional.pad(states, (0, 0, 0, seq_len - length)))
+                order.append(rows)
+            order = torch.cat(order)
+            inverse = torch.empty_like(order)
+            inverse[order] = torch.arange(len(order), device=order.device)
+            last_hidden_state = torch.cat(pieces)[inverse]
+            realm_outputs = BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=last_hidden_state)
+        else:
+            realm_outputs = self._encode(
+                flat_ids,
+                flat_mask,
+                flat_token_types,
+                flat_position_ids,
+                flat_embeds,
+                output_attentions,
+                output_hidden_states,
+            )
+        sequence_output = realm_outputs.last_hidden_state.view(batch_size, num_read, seq_len, -1)  # (B, R, L, H)
+
+        reader_logits, candidate_starts, candidate_ends = self.qa_outputs(
+            sequence_output, block_mask[:, :num_read]
+        )  # (B, R, N)
+        # The retriever's logit joins each block's span logits: p(span, block) ~ p(block) p(span | block). In fp32
+        # (under bf16 autocast the projection's output is bf16): the losses and argmaxes read these logits.
+        if reader_logits.dtype != relevance_score.dtype:
+            reader_logits = reader_logits.float()
+            relevance_score = relevance_score.float()
+        reader_logits = reader_logits + relevance_score[:, :num_read].unsqueeze(-1)
+        return reader_logits, candidate_starts, candidate_ends, realm_outputs
+
+    def _encode(self, flat_ids, flat_mask, flat_token_types, flat_position_ids, flat_embeds, output_attentions,
+                output_hidden_states):  # fmt: skip
+        return self.realm(
             flat_ids,
             attention_mask=flat_mask,
             token_type_ids=flat_token_types,
@@ -861,14 +959,6 @@ class RealmReader(RealmPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        sequence_output = realm_outputs.last_hidden_state.view(batch_size, num_read, seq_len, -1)  # (B, R, L, H)
-
-        reader_logits, candidate_starts, candidate_ends = self.qa_outputs(
-            sequence_output, block_mask[:, :num_read]
-        )  # (B, R, N)
-        # The retriever's logit joins each block's span logits: p(span, block) ~ p(block) p(span | block).
-        reader_logits = reader_logits + relevance_score[:, :num_read].unsqueeze(-1)
-        return reader_logits, candidate_starts, candidate_ends, realm_outputs
 
 
 class RealmForOpenQA(RealmPreTrainedModel):
@@ -1080,9 +1170,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
         block_mask = reader_inputs["special_tokens_mask"].bool().logical_not() & reader_inputs["token_type_ids"].bool()
 
         # The retrieval logits again, now with gradients to the question embedder (block embeddings stay frozen).
-        retrieved_logits = torch.einsum(
-            "bd,bkd->bk", question_embedding, retrieved_block_emb.to(reader_device, question_embedding.dtype)
-        )  # (B, K)
+        retrieved_logits = fp32_einsum(
+            "bd,bkd->bk", question_embedding, retrieved_block_emb.to(reader_device)
+        )  # (B, K), fp32 under autocast too
         return retrieved_block_ids, retrieved_logits, reader_inputs, block_mask, labels
 
     def forward(

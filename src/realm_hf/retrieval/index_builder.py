@@ -87,7 +87,7 @@ def _check_settings(directory: Path, settings: dict) -> None:
 
 
 def _embed_shards(embedder, tokenizer, documents, directory: Path, plan: list[dict], state,
-                  batch_size: int, max_length: int, progress: bool) -> None:  # fmt: skip
+                  batch_size: int, max_length: int, progress: bool, precision: str = "fp32") -> None:  # fmt: skip
     dim = embedder.config.retriever_proj_size
     mine = plan[state.process_index :: state.num_processes]
     todo = [shard for shard in mine if not _shard_is_complete(directory / shard["file"], shard["count"], dim)]
@@ -101,7 +101,7 @@ def _embed_shards(embedder, tokenizer, documents, directory: Path, plan: list[di
     for shard in todo:
         ids = range(shard["start"], shard["start"] + shard["count"])
         embeddings = embed_blocks(embedder, tokenizer, documents.texts(ids), documents.titles(ids),
-                                  batch_size=batch_size, max_length=max_length)  # fmt: skip
+                                  batch_size=batch_size, max_length=max_length, precision=precision)  # fmt: skip
         write_embedding_shard(directory / shard["file"], embeddings)
         bar.update(shard["count"])
     bar.close()
@@ -161,6 +161,7 @@ def build_index(
     max_length: int = 288,
     provenance: dict | None = None,
     progress: bool = True,
+    precision: str = "fp32",
 ) -> dict:
     r"""
     Embeds every block of `documents` with `embedder` into an index directory (see `index_files`), resuming if the
@@ -175,6 +176,8 @@ def build_index(
         batch_size (`int`, defaults to 64), max_length (`int`, defaults to 288): embedding batches and truncation.
         provenance (`dict`, *optional*): recorded in the manifest (e.g. the model and corpus used).
         progress (`bool`, defaults to `True`): show a progress bar per rank.
+        precision (`str`, defaults to "fp32"): "bf16" embeds under bf16 autocast (embeddings stored in fp32);
+            "auto" picks bf16 where the device has native bf16 (`realm_hf.precision`; the CLI's default).
 
     Returns:
         The manifest (`dict`) written to `output_dir/index.json`.
@@ -204,7 +207,8 @@ def build_index(
          "count": min(shard_size, num_blocks - index * shard_size)}
         for index in range(num_shards)
     ]  # fmt: skip
-    _embed_shards(embedder, tokenizer, documents, directory, plan, state, batch_size, max_length, progress)
+    _embed_shards(embedder, tokenizer, documents, directory, plan, state, batch_size, max_length, progress,
+                  precision)  # fmt: skip
     state.wait_for_everyone()
 
     manifest = {"dim": dim, "metric": "ip", "num_blocks": num_blocks, "dtype": "float32", "shard_size": shard_size,

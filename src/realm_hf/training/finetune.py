@@ -30,6 +30,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.utils import logging
 
 from ..evaluation.metrics import exact_match, f1_score
+from ..precision import resolve_precision
 
 logger = logging.get_logger(__name__)
 
@@ -119,12 +120,38 @@ def freeze_word_embeddings(model) -> list[str]:
     return frozen
 
 
+def precision_settings(precision: str | None = "auto", use_cpu: bool | None = None) -> dict[str, bool]:
+    """`TrainingArguments` fields for `precision` ("auto", "bf16" or "fp32", see `realm_hf.precision`): `bf16=True`
+    (mixed precision: fp32 master weights, bf16 autocast) when it resolves to bf16 on the device the Trainer will use
+    (the CPU when `use_cpu` or no GPU), plus `use_cpu=True` for bf16 on a CPU (the Trainer asks for it)."""
+    on_cpu = bool(use_cpu) or not torch.cuda.is_available()
+    resolved = resolve_precision(precision, "cpu" if on_cpu else "cuda")
+    settings = {"bf16": resolved == "bf16"}
+    if resolved == "bf16" and on_cpu:
+        settings["use_cpu"] = True
+    return settings
+
+
+def enable_length_buckets(model, max_buckets: int = 4) -> None:
+    """Has `model`'s reader (a `RealmForOpenQA` or a `RealmReader`) read its blocks in up to `max_buckets` groups of
+    similar length, each padded to its own longest row, instead of padding every block to the batch's longest (see
+    `realm_hf.modeling.modeling_realm.length_buckets`); 1 turns it off. Outputs equal the padded ones to rounding."""
+    if max_buckets < 1:
+        raise ValueError(f"max_buckets must be >= 1, received {max_buckets}.")
+    reader = getattr(model, "reader", model)
+    if not hasattr(reader, "max_length_buckets"):
+        raise ValueError(f"expected a RealmForOpenQA or a RealmReader, received {type(model).__name__}.")
+    reader.max_length_buckets = max_buckets
+
+
 def orqa_warmup_steps(num_training_steps: int) -> int:
     """ORQA's warm-up: `min(10000, max(100, num_training_steps // 10))` steps (never more than the run itself)."""
     return min(num_training_steps, 10_000, max(100, num_training_steps // 10))
 
 
-def orqa_training_arguments(output_dir: str, max_steps: int, eval_steps: int | None = None, **overrides) -> TrainingArguments:
+def orqa_training_arguments(
+    output_dir: str, max_steps: int, eval_steps: int | None = None, precision: str | None = "auto", **overrides
+) -> TrainingArguments:
     r"""
     `TrainingArguments` with ORQA's fine-tuning settings (reference: orqa-realm-training §2): AdamW at lr 1e-5,
     weight decay 0.01 (not on biases and LayerNorm, the Trainer's default split), linear warm-up of
@@ -137,6 +164,8 @@ def orqa_training_arguments(output_dir: str, max_steps: int, eval_steps: int | N
         output_dir (`str`): where checkpoints go.
         max_steps (`int`): optimizer steps.
         eval_steps (`int`, *optional*): steps between dev evaluations and checkpoints (default `max_steps // 10`).
+        precision (`str`, defaults to "auto"): "bf16" (mixed precision), "fp32", or "auto": bf16 where the device
+            computes it natively ([`precision_settings`]). An explicit `bf16=` override wins.
         overrides: any other `TrainingArguments` field.
     """
     if max_steps < 1:
@@ -151,6 +180,8 @@ def orqa_training_arguments(output_dir: str, max_steps: int, eval_steps: int | N
         "greater_is_better": True, "logging_steps": max(1, min(50, eval_steps)), "remove_unused_columns": False,
         "label_names": ["answer_ids"], "report_to": [], "dataloader_num_workers": 0,
     }  # fmt: skip
+    if "bf16" not in overrides:
+        settings.update(precision_settings(precision, overrides.get("use_cpu")))
     settings.update(overrides)
     return TrainingArguments(**settings)
 
@@ -166,6 +197,8 @@ class OpenQATrainer(Trainer):
       under DDP each rank answers a slice and the results are gathered. With `metric_for_best_model="exact_match"`
       and `load_best_model_at_end=True` ([`orqa_training_arguments`]) the best dev checkpoint is kept.
     - Unused heads are frozen ([`freeze_unused_parameters`]); block embeddings never train.
+    - The reader reads its blocks in up to `max_length_buckets` (4) groups of similar length
+      ([`enable_length_buckets`]), so short blocks do not cost the longest block's length.
 
     The data collator must be an [`OpenQACollator`] (the default when none is given and `processing_class` is the
     tokenizer). Datasets keep their columns (`remove_unused_columns=False`).
@@ -174,9 +207,11 @@ class OpenQATrainer(Trainer):
     # The loss is a mean over the batch's questions, not normalised by `num_items_in_batch`: the Trainer divides it by
     # the gradient-accumulation steps.
     loss_is_scaled_for_ga = False
+    max_length_buckets = 4
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        enable_length_buckets(self.model, self.max_length_buckets)
         if not isinstance(self.data_collator, OpenQACollator):
             if self.processing_class is None:
                 raise ValueError(

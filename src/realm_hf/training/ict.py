@@ -27,8 +27,9 @@ from transformers import Trainer, TrainingArguments
 from transformers.utils import ModelOutput, logging
 
 from ..modeling import RealmConfig, RealmEmbedder, RealmPreTrainedModel
+from ..modeling.modeling_realm import fp32_einsum
 from ..retrieval.embedding import encode_blocks
-from .finetune import orqa_warmup_steps
+from .finetune import orqa_warmup_steps, precision_settings
 
 logger = logging.get_logger(__name__)
 
@@ -214,7 +215,7 @@ def ict_loss(
     offset = 0
     if gather_across_ranks and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         block_embeddings, offset = _gather_blocks(block_embeddings)  # (G, D)
-    scores = query_embeddings @ block_embeddings.T  # (B, G)
+    scores = fp32_einsum("bd,gd->bg", query_embeddings, block_embeddings)  # (B, G), fp32 under autocast too
     targets = offset + torch.arange(query_embeddings.shape[0], device=scores.device)  # (B,)
     loss = F.cross_entropy(scores.float(), targets)
     accuracy = (scores.detach().argmax(dim=1) == targets).float().mean()
@@ -362,7 +363,9 @@ class RealmICTModel(RealmPreTrainedModel):
 # trainer
 
 
-def ict_training_arguments(output_dir: str, max_steps: int, **overrides) -> TrainingArguments:
+def ict_training_arguments(
+    output_dir: str, max_steps: int, precision: str | None = "auto", **overrides
+) -> TrainingArguments:
     r"""
     `TrainingArguments` with ORQA's ICT settings (reference: orqa-realm-training §2.2): AdamW at lr 1e-4, weight
     decay 0.01 (not on biases and LayerNorm), linear warm-up of [`orqa_warmup_steps`] then linear decay, gradient
@@ -373,6 +376,8 @@ def ict_training_arguments(output_dir: str, max_steps: int, **overrides) -> Trai
     Args:
         output_dir (`str`): where checkpoints go.
         max_steps (`int`): optimizer steps.
+        precision (`str`, defaults to "auto"): "bf16" (mixed precision), "fp32", or "auto": bf16 where the device
+            computes it natively ([`precision_settings`]). An explicit `bf16=` override wins.
         overrides: any other `TrainingArguments` field.
     """
     if max_steps < 1:
@@ -383,6 +388,8 @@ def ict_training_arguments(output_dir: str, max_steps: int, **overrides) -> Trai
         "logging_steps": 10, "save_steps": max(1, max_steps // 4), "save_total_limit": 1,
         "remove_unused_columns": False, "label_names": [], "report_to": [], "dataloader_num_workers": 0,
     }  # fmt: skip
+    if "bf16" not in overrides:
+        settings.update(precision_settings(precision, overrides.get("use_cpu")))
     settings.update(overrides)
     return TrainingArguments(**settings)
 

@@ -35,7 +35,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.utils import ModelOutput, logging
 
 from ..modeling import RealmConfig, RealmEmbedder, RealmKnowledgeAugEncoder, RealmPreTrainedModel
-from ..modeling.modeling_realm import marginal_token_log_likelihood
+from ..modeling.modeling_realm import fp32_einsum, marginal_token_log_likelihood
 from ..retrieval.document_store import block_text
 from ..retrieval.embedding import encode_blocks
 from .finetune import freeze_unused_parameters, orqa_warmup_steps
@@ -361,7 +361,7 @@ class RealmForPretraining(RealmPreTrainedModel):
         query = self.embed(input_ids, attention_mask, token_type_ids)  # (B, D)
         candidates = self.embed(flat(candidate_input_ids), flat(candidate_attention_mask),
                                 flat(candidate_token_type_ids)).view(batch_size, num_candidates, -1)  # (B, C, D)
-        relevance_score = torch.einsum("bd,bcd->bc", query, candidates)  # (B, C)
+        relevance_score = fp32_einsum("bd,bcd->bc", query, candidates)  # (B, C), fp32 under autocast too
 
         positions, targets, mask = _masked_positions(labels)  # (B, M)
         hidden = self.encoder.realm(flat(joint_input_ids), attention_mask=flat(joint_attention_mask),
