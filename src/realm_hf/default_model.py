@@ -92,36 +92,51 @@ def _documents_from_corpus_file(path: Path):
     return offline_corpus_store(expected=spec)
 
 
-def load_open_qa(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.float32):
+def load_open_qa(name_or_path: str | os.PathLike, dtype: torch.dtype | None = None):
     r"""
     Loads a `RealmForOpenQA` with what it retrieves from: `(model, retriever)`, ready for `pipeline("open-qa")`.
 
     Args:
         name_or_path (`str` or `os.PathLike`): a directory (any layout in this module's docstring) or a Hub repo id.
-        dtype (`torch.dtype`, defaults to float32): weights are cast to it (the default model ships fp16 weights; fp16
-            matrix products are slow on CPUs).
+        dtype (`torch.dtype`, *optional*): weights are cast to it. By default they keep the checkpoint's dtype (bf16
+            for `realm-hf index compress`), except float16, which becomes float32 (the default model ships fp16
+            weights; fp16 matrix products are slow on CPUs).
     """
-    from .retrieval import ExactSearcher, RealmRetriever
+    from .retrieval import RealmRetriever, is_searcher_directory, open_searcher
 
     directory = Path(name_or_path)
     index = directory / INDEX_DIR
-    if not (index / "index.json").is_file():
+    if not is_searcher_directory(index):
         retriever = RealmRetriever.from_pretrained(name_or_path)
-        return RealmForOpenQA.from_pretrained(name_or_path, retriever=retriever, dtype=dtype), retriever
+        model = RealmForOpenQA.from_pretrained(name_or_path, retriever=retriever, dtype=dtype or "auto")
+        return _cpu_dtype(model, dtype), retriever
     if (directory / CORPUS_FILE).is_file():
         store = _documents_from_corpus_file(directory / CORPUS_FILE)
     elif (index / "documents").is_dir() or (directory / "documents").is_dir():
         from .retrieval.document_store import DocumentStore
 
         store = DocumentStore.load(index / "documents" if (index / "documents").is_dir() else directory / "documents")
+    elif (directory / "block_records.safetensors").is_file():  # `realm-hf index compress`: records next to the model
+        store = None
     else:
         raise ValueError(
-            f"{directory} has an index/ but no corpus: expected index/documents/, documents/ or {CORPUS_FILE}."
+            f"{directory} has an index/ but no corpus: expected index/documents/, documents/, {CORPUS_FILE} or "
+            "block_records.safetensors."
         )
-    retriever = RealmRetriever(block_records=store.as_block_records(), tokenizer=RealmTokenizer.from_pretrained(directory))
-    searcher = ExactSearcher.from_index(index)
-    model = RealmForOpenQA.from_pretrained(directory, retriever=retriever, searcher=searcher, dtype=dtype)
-    return model.eval(), retriever
+    if store is None:
+        retriever = RealmRetriever.from_pretrained(directory)
+    else:
+        retriever = RealmRetriever(store.as_block_records(), tokenizer=RealmTokenizer.from_pretrained(directory))
+    searcher = open_searcher(index)
+    model = RealmForOpenQA.from_pretrained(directory, retriever=retriever, searcher=searcher, dtype=dtype or "auto")
+    return _cpu_dtype(model, dtype).eval(), retriever
+
+
+def _cpu_dtype(model: RealmForOpenQA, dtype: torch.dtype | None) -> RealmForOpenQA:
+    """float16 weights run as float32 unless float16 was asked for (fp16 matrix products are slow on CPUs)."""
+    if dtype is None and model.dtype == torch.float16:
+        model = model.float()
+    return model
 
 
 __all__ = ["DEFAULT_MODEL_NAME", "DEFAULT_QUESTIONS", "default_model_dir", "load_open_qa", "offline_corpus_store", "realm_hf_home"]

@@ -15,7 +15,9 @@ candidate span of every block read (`reader_beam_size` blocks per question) of t
 block's retrieval logit, the distribution REALM's reader loss is trained on.
 """
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset as TorchDataset
@@ -39,6 +41,9 @@ class OpenQAPipeline(Pipeline):
         tokenizer (*optional*): encodes the questions; defaults to the retriever's tokenizer.
         retriever ([`RealmRetriever`], *optional*): the block records. Defaults to `model.retriever`, else
             `RealmRetriever.from_pretrained(model.name_or_path)`: the files next to the model, main revision.
+        index (`str`, `os.PathLike` or a searcher, *optional*): the index to search instead of `block_emb`, opened
+            with `realm_hf.retrieval.open_searcher` (a faiss index from `realm-hf index compress`, or an exact one).
+            A model without `block_emb` (`store_block_emb: false`) searches its directory's `index/` by default.
         top_k (`int`, *optional*, defaults to 1): answers per question; a call may override it.
         max_question_length (`int`, *optional*): question tokens kept; defaults to `config.searcher_seq_len`.
         batch_size (`int`, *optional*, defaults to 1): questions per forward pass when given a list.
@@ -65,14 +70,16 @@ class OpenQAPipeline(Pipeline):
     _load_feature_extractor = False
     _load_video_processor = False
 
-    def __init__(self, *args, retriever: RealmRetriever | None = None, **kwargs):
-        # `retriever` is popped here: `pipeline()` keyword arguments that are not its own reach the pipeline class.
+    def __init__(self, *args, retriever: RealmRetriever | None = None, index=None, **kwargs):
+        # `retriever` and `index` are popped here: `pipeline()` keyword arguments that are not its own reach the
+        # pipeline class.
         super().__init__(*args, **kwargs)
         if not isinstance(self.model, RealmForOpenQA):
             raise TypeError(
                 f"the open-qa pipeline needs a RealmForOpenQA model, got {type(self.model).__name__}. Load one with "
                 "pipeline('open-qa', model=directory_or_repo_id) or pass RealmForOpenQA.from_pretrained(...)."
             )
+        self._attach_searcher(index)
         if retriever is None:
             retriever = self.model.retriever
         if retriever is None:
@@ -80,6 +87,16 @@ class OpenQAPipeline(Pipeline):
         self.model.retriever = retriever
         if self.tokenizer is None:
             self.tokenizer = retriever.tokenizer
+
+    def _attach_searcher(self, index) -> None:
+        """`index=DIR` (or, for a model without block_emb, its directory's `index/`): search it with `open_searcher`."""
+        from ..retrieval import is_searcher_directory, open_searcher
+
+        if index is None and self.model.searcher is None and self.model.block_emb.shape[0] == 0:
+            candidate = Path(self.model.name_or_path or "") / "index"
+            index = candidate if self.model.name_or_path and is_searcher_directory(candidate) else None
+        if index is not None:
+            self.model.searcher = open_searcher(index) if isinstance(index, (str, os.PathLike)) else index
 
     def _load_retriever(self) -> RealmRetriever:
         name_or_path = self.model.name_or_path
