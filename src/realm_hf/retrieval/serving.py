@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from .faiss_search import INDEX_FILE_NAME, SIDECAR_NAME, FaissSearcher
+from .faiss_search import INDEX_FILE_NAME, SIDECAR_NAME, FaissSearcher, import_faiss
 from .index_files import MANIFEST_NAME
 from .torch_search import ExactSearcher
 
@@ -138,6 +138,7 @@ def compress_open_qa(
     from .index_builder import write_index
     from .retriever import RealmRetriever
 
+    import_faiss()  # before anything is written: a missing faiss names the extra that provides it
     weights_dtype = _resolve_dtype(dtype)
     output = Path(output_dir)
     index_dir = output / INDEX_DIR
@@ -217,8 +218,6 @@ def compress_open_qa(
 
 
 def _nlist(searcher: FaissSearcher) -> int:
-    from .faiss_search import import_faiss
-
     ivf = import_faiss().try_extract_index_ivf(searcher.index)
     return int(ivf.nlist) if ivf is not None else 0
 
