@@ -67,7 +67,9 @@ def open_searcher(directory: str | os.PathLike, *, rerank: bool = True, **kwargs
     directory = Path(directory)
     if (directory / SIDECAR_NAME).is_file():
         if kwargs:
-            raise TypeError(f"{directory} holds a faiss index; unexpected arguments {sorted(kwargs)} (exact index only).")
+            raise TypeError(
+                f"{directory} holds a faiss index; unexpected arguments {sorted(kwargs)} (exact index only)."
+            )
         return FaissSearcher.load(directory, rerank=rerank)
     if (directory / MANIFEST_NAME).is_file():
         return ExactSearcher.from_index(directory, **kwargs)
