@@ -46,9 +46,10 @@ DEFAULT_REALM_HF_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
 DEFAULT_HF4_PYTHON = Path.home() / ".venvs" / "hf4" / "bin" / "python"
 FULL_NUM_BLOCK_RECORDS = 13_353_718
 MARKER_NAME = ".realm_bench_complete"
-CHECKPOINT_FORMAT = 1  # bump when the written checkpoint changes, so that old --workdir checkpoints are rewritten
+CHECKPOINT_FORMAT = 2  # bump when the written checkpoint changes, so that old --workdir checkpoints are rewritten
+LIGHT_FORMAT = 1  # bump when the compressed directory's arguments change
 RESULT_PREFIX = "@@REALM_BENCH_RESULT@@ "
-QUESTIONS = ["who wrote w12 w13 ?", "where is w99 w100 ?"]
+DEFAULT_NUM_QUESTIONS = 64
 SPECIAL_TOKENS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # A few real words so that the questions and block texts are not all [UNK]; the rest of the vocabulary is w0, w1, ...
 WORDS = ["who", "wrote", "where", "is", "block", "?"]
@@ -56,7 +57,21 @@ VOCAB_SIZE = 30522
 LIBRARIES = {
     "hf4": "transformers 4.44.2",
     "realm_hf": "realm_hf",
+    "realm_hf_compressed": "realm_hf compressed (bf16)",
+    "realm_hf_compressed_fp32": "realm_hf compressed, fp32 weights",
 }
+BASELINE, EXACT, COMPRESSED, COMPRESSED_FP32 = LIBRARIES
+# `realm-hf index compress` arguments of the benchmark's light directory (its defaults, written out)
+COMPRESS_ARGS = ["--dtype", "bfloat16"]
+
+
+def make_questions(count: int) -> list[str]:
+    """`count` questions over the synthetic vocabulary (the first two are those of earlier versions of this script)."""
+    questions = ["who wrote w12 w13 ?", "where is w99 w100 ?"]
+    for index in range(2, count):
+        template = ("who wrote", "where is", "who is", "where is block")[index % 4]
+        questions.append(f"{template} w{(index * 7919) % 30000} w{(index * 104729 + 17) % 30000} ?")
+    return questions[:count]
 CHUNK_ROWS = 1 << 20
 
 
@@ -104,14 +119,55 @@ def checkpoint_params(num_block_records: int) -> dict:
     return {"format": CHECKPOINT_FORMAT, "num_block_records": num_block_records}
 
 
-def checkpoint_is_complete(directory: Path, num_block_records: int) -> bool:
+def light_params(num_block_records: int) -> dict:
+    return {"format": LIGHT_FORMAT, "checkpoint": checkpoint_params(num_block_records), "args": COMPRESS_ARGS}
+
+
+def checkpoint_is_complete(directory: Path, num_block_records: int, params: dict | None = None) -> bool:
     marker = directory / MARKER_NAME
     if not marker.is_file():
         return False
     try:
-        return json.loads(marker.read_text()) == checkpoint_params(num_block_records)
+        return json.loads(marker.read_text()) == (params or checkpoint_params(num_block_records))
     except (OSError, ValueError):
         return False
+
+
+def clustered_block_emb(num_block_records: int, dim: int, seed: int):
+    """`benchmarks/search.py`'s synthetic embeddings, as a torch tensor: Gaussian clusters with log-normal sizes,
+    through a LayerNorm with a fixed gamma and beta (REALM's projected_score is a LayerNorm output; i.i.d. noise
+    would make every approximate index look bad)."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from search import DIM, layer_norm, synthetic_parameters
+
+    if dim != DIM:
+        raise ValueError(f"search.py's generator makes {DIM}-d embeddings, the checkpoint needs {dim}")
+    parameters = synthetic_parameters(num_block_records, seed)
+    block_emb = torch.empty(num_block_records, dim, dtype=torch.float32)
+    for chunk_index, start in enumerate(range(0, num_block_records, CHUNK_ROWS)):
+        stop = min(start + CHUNK_ROWS, num_block_records)
+        rng = np.random.default_rng([seed, 1, chunk_index])
+        cluster = rng.choice(len(parameters["centers"]), size=stop - start, p=parameters["probabilities"])
+        points = rng.standard_normal((stop - start, dim), dtype=np.float32)
+        points *= parameters["radii"][cluster, None]
+        points += parameters["centers"][cluster]
+        block_emb[start:stop] = torch.from_numpy(layer_norm(points, parameters["gamma"], parameters["beta"]))
+    return block_emb
+
+
+def write_hub_block_records(path: Path, num_block_records: int) -> None:
+    """`block_records.npy` as the Hub ships it: a pickled numpy object array of bytes (read by realm_hf's restricted
+    loader; the measuring subprocesses of the exact configurations build the same texts in memory instead)."""
+    import numpy as np
+
+    records = make_block_records(num_block_records).astype(object)
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as handle:
+        np.save(handle, records, allow_pickle=True)
+    os.replace(partial, path)
 
 
 def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> None:
@@ -139,13 +195,9 @@ def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> N
             config_dict["max_position_embeddings"]
         ).expand((1, -1))
 
-    proj = config_dict["retriever_proj_size"]
-    block_emb = torch.empty(num_block_records, proj, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed + 1)
-    for start in range(0, num_block_records, CHUNK_ROWS):
-        stop = min(start + CHUNK_ROWS, num_block_records)
-        block_emb[start:stop].normal_(generator=generator)
-    state_dict["block_emb"] = block_emb
+    # Before block_emb exists: the 13M Python bytes objects of the pickled records cost about 1 GB while written.
+    write_hub_block_records(directory / "block_records.npy", num_block_records)
+    state_dict["block_emb"] = block_emb = clustered_block_emb(num_block_records, config_dict["retriever_proj_size"], seed)
     del model
 
     weights_path = directory / "pytorch_model.bin"
@@ -170,8 +222,22 @@ def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> N
 # the measuring subprocess (runs under either interpreter: standard library, numpy, torch and the library only)
 
 
-def _memory() -> dict:
-    """Current and peak RSS in bytes. `rss` is what psutil reports (VmRSS); `peak` is getrusage's ru_maxrss."""
+def _mapped_rss(path_part: str) -> int:
+    """Resident bytes of this process's mappings of files whose path contains `path_part` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
+                inside = len(fields) >= 6 and path_part in fields[5]
+            elif inside and fields and fields[0] == "Rss:":
+                total += int(fields[1]) * 1024
+    return total
+
+
+def _memory(rerank_dir: str | None = None) -> dict:
+    """Current and peak RSS in bytes. `rss` is what psutil reports (VmRSS); `peak` is getrusage's ru_maxrss.
+    With `rerank_dir`, `rerank_rss` is the resident part of the memory-mapped fp32 re-rank shards in it."""
     import resource
 
     status = {}
@@ -193,6 +259,8 @@ def _memory() -> dict:
         memory["rss_psutil"] = psutil.Process().memory_info().rss
     except ImportError:
         pass
+    if rerank_dir is not None:
+        memory["rerank_rss"] = _mapped_rss(os.path.join(rerank_dir, "embeddings-"))
     return memory
 
 
@@ -208,24 +276,34 @@ def make_block_records(num_block_records: int):
     return records
 
 
-def measure(library: str, directory: str, num_block_records: int, threads: int | None) -> dict:
+def measure(library: str, directory: str, num_block_records: int, threads: int | None, num_questions: int,
+            light: str | None = None) -> dict:
+    """One configuration, in this (fresh) process: load, then ask `num_questions` questions one at a time.
+
+    `hf4` / `realm_hf`: `RealmForOpenQA.from_pretrained(checkpoint, retriever=...)` over an in-memory block records
+    array, exact search over `block_emb`. `realm_hf_compressed`: `load_open_qa(light)` on the directory `realm-hf index
+    compress` wrote (bf16 weights without block_emb, memory-mapped block records, IVF-PQ index re-ranked from the
+    memory-mapped fp32 shards). `realm_hf_compressed_fp32`: the checkpoint's own fp32 weights (block_emb skipped)
+    searching the same compressed index, to separate the index's effect from the weights' dtype.
+    """
     import gc
 
     import numpy as np
     import torch
 
-    if library == "realm_hf":
+    compressed = library in (COMPRESSED, COMPRESSED_FP32)
+    if library == BASELINE:
+        import transformers
+        from transformers import RealmForOpenQA, RealmRetriever, RealmTokenizerFast
+
+        versions = {"transformers": transformers.__version__}
+    else:
         import transformers
 
         import realm_hf
         from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizerFast
 
         versions = {"realm_hf": realm_hf.__version__, "transformers": transformers.__version__}
-    else:
-        import transformers
-        from transformers import RealmForOpenQA, RealmRetriever, RealmTokenizerFast
-
-        versions = {"transformers": transformers.__version__}
     versions["torch"] = torch.__version__
     versions["numpy"] = np.__version__
 
@@ -239,25 +317,48 @@ def measure(library: str, directory: str, num_block_records: int, threads: int |
             self.calls.append([int(block_id) for block_id in np.asarray(retrieved_block_ids).reshape(-1)])
             return super().__call__(retrieved_block_ids, *args, **kwargs)
 
-    records = make_block_records(num_block_records)
-    tokenizer = RealmTokenizerFast.from_pretrained(directory)
-    retriever = RecordingRetriever(block_records=records, tokenizer=tokenizer)
-    retriever.calls = []
-    questions = [tokenizer([question], return_tensors="pt") for question in QUESTIONS]
-    gc.collect()
+    question_texts = make_questions(num_questions)
+    result = {"library": library, "versions": versions, "threads": torch.get_num_threads()}
+    rerank_dir = os.path.join(light, "index") if compressed else None
+    if compressed:
+        from realm_hf.default_model import load_open_qa
+        from realm_hf.retrieval import open_searcher
 
-    result = {"library": library, "versions": versions, "records_bytes": int(records.nbytes),
-              "records_dtype": str(records.dtype), "threads": torch.get_num_threads()}  # fmt: skip
-    result["before_load"] = _memory()
+        tokenizer = RealmTokenizerFast.from_pretrained(light)
+        result.update({"records_bytes": 0, "records_dtype": "block_records.safetensors, memory-mapped"})
+    else:
+        records = make_block_records(num_block_records)
+        tokenizer = RealmTokenizerFast.from_pretrained(directory)
+        retriever = RecordingRetriever(block_records=records, tokenizer=tokenizer)
+        retriever.calls = []
+        result.update({"records_bytes": int(records.nbytes), "records_dtype": str(records.dtype)})
+    questions = [tokenizer([question], return_tensors="pt") for question in question_texts]
+    gc.collect()
+    result["before_load"] = _memory(rerank_dir)
 
     start = time.perf_counter()
-    loaded = RealmForOpenQA.from_pretrained(directory, retriever=retriever, output_loading_info=True)
+    if library == COMPRESSED:
+        model, retriever = load_open_qa(light)
+        loading_info = {}
+    elif library == COMPRESSED_FP32:
+        retriever = RealmRetriever.from_pretrained(light)
+        model, loading_info = RealmForOpenQA.from_pretrained(
+            directory, retriever=retriever, searcher=open_searcher(rerank_dir), dtype=torch.float32,
+            output_loading_info=True,
+        )
+    else:
+        loaded = RealmForOpenQA.from_pretrained(directory, retriever=retriever, output_loading_info=True)
+        model, loading_info = loaded if isinstance(loaded, tuple) else (loaded, {})
     result["load_s"] = time.perf_counter() - start
-    result["after_load"] = _memory()
-    model, loading_info = loaded if isinstance(loaded, tuple) else (loaded, {})
+    result["after_load"] = _memory(rerank_dir)
     result["loading_info"] = {key: sorted(map(str, value)) for key, value in dict(loading_info).items() if value}
     model.eval()
     result["block_emb"] = {"dtype": str(model.block_emb.dtype), "shape": list(model.block_emb.shape)}
+    result["weights_dtype"] = str(model.embedder.cls.dense.weight.dtype)
+    searcher = getattr(model, "searcher", None)
+    if searcher is not None:
+        result["searcher"] = repr(searcher)
+        result["searcher_memory_bytes"] = int(searcher.memory_bytes())
 
     result["questions"] = []
     for index, inputs in enumerate(questions):
@@ -266,14 +367,18 @@ def measure(library: str, directory: str, num_block_records: int, threads: int |
             output = model(**inputs, return_dict=True)
             elapsed = time.perf_counter() - start
         answer_ids = [int(token) for token in output.predicted_answer_ids.reshape(-1)]
+        if compressed:
+            retrieved = [int(block_id) for block_id in output.retrieved_block_ids.reshape(-1)]
+        else:
+            retrieved = retriever.calls[-1]
         result["questions"].append(
             {
-                "question": QUESTIONS[index],
+                "question": question_texts[index],
                 "time_s": elapsed,
-                "memory": _memory(),
+                "memory": _memory(rerank_dir),
                 "predicted_answer_ids": answer_ids,
                 "predicted_answer": tokenizer.decode(answer_ids),
-                "retrieved_block_ids": retriever.calls[-1],
+                "retrieved_block_ids": retrieved,
                 "block_idx": int(output.reader_output.block_idx.reshape(-1)[0]),
                 "start_pos": int(output.reader_output.start_pos.reshape(-1)[0]),
                 "end_pos": int(output.reader_output.end_pos.reshape(-1)[0]),
@@ -343,55 +448,130 @@ def ratio(new: float | None, old: float | None) -> str:
     return f"{new / old:.2f}x"
 
 
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def table_rows(result: dict | None) -> dict:
     if result is None:
         return {}
-    first, second = result["questions"][0], result["questions"][1]
-    return {
+    first, last = result["questions"][0], result["questions"][-1]
+    rest = [question["time_s"] for question in result["questions"][1:]]
+    rows = {
         "RSS before load (GB)": (result["before_load"]["rss"], gb),
         "load time (s)": (result["load_s"], seconds),
         "RSS after load (GB)": (result["after_load"]["rss"], gb),
         "peak RSS after load (GB)": (result["after_load"]["peak"], gb),
         "first-question time (s)": (first["time_s"], seconds),
         "RSS after first question (GB)": (first["memory"]["rss"], gb),
-        "peak RSS after first question (GB)": (first["memory"]["peak"], gb),
-        "second-question time (s)": (second["time_s"], seconds),
-        "RSS after second question (GB)": (second["memory"]["rss"], gb),
+        f"mean time of questions 2-{len(result['questions'])} (s)": (mean(rest), seconds),
+        f"RSS after question {len(result['questions'])} (GB)": (last["memory"]["rss"], gb),
+        "peak RSS after the questions (GB)": (last["memory"]["peak"], gb),
         "  of which anonymous / file-backed (GB)": (
-            (second["memory"]["rss_anon"], second["memory"]["rss_file"]),
+            (last["memory"]["rss_anon"], last["memory"]["rss_file"]),
             lambda pair: f"{gb(pair[0])} / {gb(pair[1])}",
         ),
+        "  of which fp32 re-rank shards (GB)": (last["memory"].get("rerank_rss"), gb3),
     }
+    return rows
+
+
+def gb3(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 1e9:.3f}"
 
 
 def render_table(results: dict) -> str:
-    old, new = table_rows(results.get("hf4")), table_rows(results.get("realm_hf"))
-    names = list(new or old)
-    lines = [f"| | {LIBRARIES['hf4']} | {LIBRARIES['realm_hf']} | ratio (realm_hf / 4.44.2) |", "|---|---:|---:|---:|"]
-    for name in names:
-        old_value, formatter = old.get(name, (None, None))
-        new_value, formatter_new = new.get(name, (None, None))
-        formatter = formatter or formatter_new
-        numeric = not isinstance(old_value if old_value is not None else new_value, tuple)
-        cells = [
-            "n/a" if old_value is None else formatter(old_value),
-            "n/a" if new_value is None else formatter(new_value),
-            ratio(new_value, old_value) if numeric else "",
-        ]
-        label = name if numeric else name.replace("  ", "&nbsp;&nbsp;")
+    names = [name for name in LIBRARIES if name in results]
+    columns = {name: table_rows(results[name]) for name in names}
+    baseline = columns.get(BASELINE, {})
+    others = [name for name in names if name != BASELINE]
+    header = "| | " + " | ".join(LIBRARIES[name] for name in names)
+    header += "".join(f" | {LIBRARIES[name]} / 4.44.2" for name in others if baseline) + " |"
+    lines = [header, "|---|" + "---:|" * (len(names) + (len(others) if baseline else 0))]
+    row_names = list(next(iter(columns.values())))
+    for row in row_names:
+        cells, numeric = [], True
+        for name in names:
+            value, formatter = columns[name].get(row, (None, gb))
+            numeric = numeric and not isinstance(value, tuple)
+            cells.append("n/a" if value is None else formatter(value))
+        if baseline:
+            old_value = baseline.get(row, (None, None))[0]
+            for name in others:
+                new_value = columns[name].get(row, (None, None))[0]
+                cells.append(ratio(new_value, old_value) if numeric and not isinstance(new_value, tuple) else "")
+        label = row if not row.startswith("  ") else row.replace("  ", "&nbsp;&nbsp;")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def agreement(results: dict) -> dict | None:
-    old, new = results.get("hf4"), results.get("realm_hf")
-    if old is None or new is None:
-        return None
-    pairs = list(zip(old["questions"], new["questions"]))
+def overlap(found: dict, reference: dict) -> dict:
+    """Per question: the fraction of `reference`'s retrieved blocks that `found` retrieved too, and equal answers."""
+    pairs = list(zip(found["questions"], reference["questions"], strict=True))
+    recalls = [len(set(a["retrieved_block_ids"]) & set(b["retrieved_block_ids"])) / len(b["retrieved_block_ids"])
+               for a, b in pairs]  # fmt: skip
+    same_blocks = [a["retrieved_block_ids"] == b["retrieved_block_ids"] for a, b in pairs]
+    same_answers = [a["predicted_answer_ids"] == b["predicted_answer_ids"] for a, b in pairs]
     return {
-        "retrieved_block_ids": all(a["retrieved_block_ids"] == b["retrieved_block_ids"] for a, b in pairs),
-        "predicted_answer_ids": all(a["predicted_answer_ids"] == b["predicted_answer_ids"] for a, b in pairs),
+        "questions": len(pairs),
+        "recall_at_5": mean(recalls),
+        "identical_top5": sum(same_blocks),
+        "same_answers": sum(same_answers),
     }
+
+
+def agreement(results: dict) -> dict:
+    """Every configuration against realm_hf's exact search (and the bf16 against the fp32 compressed path)."""
+    reference = results.get(EXACT)
+    comparisons = {}
+    if reference is not None:
+        for name in (BASELINE, COMPRESSED, COMPRESSED_FP32):
+            if name in results:
+                comparisons[f"{name}_vs_{EXACT}"] = overlap(results[name], reference)
+    if COMPRESSED in results and COMPRESSED_FP32 in results:
+        comparisons[f"{COMPRESSED}_vs_{COMPRESSED_FP32}"] = overlap(results[COMPRESSED], results[COMPRESSED_FP32])
+    return comparisons
+
+
+def goals(results: dict, agree: dict) -> dict:
+    """The issue's goals: resident memory after the questions with the compressed index <= 1.5 GB and <= 0.2x
+    transformers 4.44.2's; the compressed path retrieves >= 95% of the exact path's top-5 blocks."""
+    checks = {}
+    light, old = results.get(COMPRESSED), results.get(BASELINE)
+    if light is not None:
+        rss = light["questions"][-1]["memory"]["rss"]
+        checks["compressed_rss_le_1_5_gb"] = {"value_gb": rss / 1e9, "met": rss <= 1.5e9}
+        if old is not None:
+            value = rss / old["questions"][-1]["memory"]["rss"]
+            checks["compressed_rss_le_0_2x_hf4"] = {"value": value, "met": value <= 0.2}
+    for name in (COMPRESSED, COMPRESSED_FP32):
+        key = f"{name}_vs_{EXACT}"
+        if key in agree:
+            value = agree[key]["recall_at_5"]
+            checks[f"{name}_recall_at_5_ge_0_95"] = {"value": value, "met": value >= 0.95}
+    return checks
+
+
+def compress(python: Path, checkpoint: Path, light: Path, num_block_records: int) -> dict:
+    """Runs `realm-hf index compress` on the checkpoint (kept and reused with --workdir), timing it."""
+    if checkpoint_is_complete(light, num_block_records, light_params(num_block_records)):
+        print(f"[load_memory] reusing the compressed directory {light}", file=sys.stderr, flush=True)
+        return json.loads((light / "realm_hf_serving.json").read_text()) | {"reused": True}
+    command = [str(python), "-m", "realm_hf.cli", "index", "compress", "--model", str(checkpoint), "--output",
+               str(light), *COMPRESS_ARGS]  # fmt: skip
+    print(f"[load_memory] compressing: {' '.join(command)}", file=sys.stderr, flush=True)
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), env.get("PYTHONPATH")]))
+    started = time.perf_counter()
+    completed = subprocess.run(command, env=env, cwd=str(REPO_ROOT), capture_output=True, text=True)
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stdout[-5000:] + completed.stderr[-10000:])
+        raise RuntimeError(f"realm-hf index compress failed (exit status {completed.returncode}); its output is above")
+    print(completed.stdout, file=sys.stderr, flush=True)
+    summary = json.loads((light / "realm_hf_serving.json").read_text())
+    summary["command_s"] = time.perf_counter() - started
+    (light / MARKER_NAME).write_text(json.dumps(light_params(num_block_records)))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,7 +579,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="keep (and reuse) the checkpoint here instead of a temp dir")
     parser.add_argument("--num-block-records", type=int, default=FULL_NUM_BLOCK_RECORDS,
                         help=f"rows of block_emb and of the records (default {FULL_NUM_BLOCK_RECORDS}, the real size)")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in both (default: torch's)")
+    parser.add_argument("--num-questions", type=int, default=DEFAULT_NUM_QUESTIONS,
+                        help=f"questions asked in every configuration, one at a time (default {DEFAULT_NUM_QUESTIONS})")
+    parser.add_argument("--configs", nargs="+", choices=list(LIBRARIES), default=list(LIBRARIES),
+                        help="configurations to measure (default: all)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in all (default: torch's)")
     parser.add_argument("--json", type=Path, dest="json_out", help="also write every measurement to this JSON file")
     parser.add_argument("--cold-cache", action="store_true",
                         help="drop the checkpoint from the page cache before each run (default: read it in first)")
@@ -409,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--_write", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--_measure", choices=sorted(LIBRARIES), help=argparse.SUPPRESS)
     parser.add_argument("--_dir", help=argparse.SUPPRESS)
+    parser.add_argument("--_light", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args._write:
@@ -418,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         print(RESULT_PREFIX + json.dumps(written), flush=True)
         return 0
     if args._measure:
-        result = measure(args._measure, args._dir, args.num_block_records, args.threads)
+        result = measure(args._measure, args._dir, args.num_block_records, args.threads, args.num_questions,
+                         args._light)  # fmt: skip
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return 0
 
@@ -427,11 +613,13 @@ def main(argv: list[str] | None = None) -> int:
     temporary = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="realm_load_memory_")) if temporary else args.workdir.resolve()
     checkpoint = workdir / f"realm-openqa-{args.num_block_records}"
-    common = ["--num-block-records", str(args.num_block_records)]
+    light = workdir / f"realm-openqa-{args.num_block_records}-light"
+    common = ["--num-block-records", str(args.num_block_records), "--num-questions", str(args.num_questions)]
     try:
         if checkpoint_is_complete(checkpoint, args.num_block_records):
             print(f"[load_memory] reusing the checkpoint in {checkpoint}", file=sys.stderr, flush=True)
         else:
+            shutil.rmtree(light, ignore_errors=True)  # made from an older checkpoint
             written = run_child(args.realm_hf_python, ["--_write", str(checkpoint), *common], "writing the checkpoint")
             print(f"[load_memory] wrote {checkpoint} in {written['time_s']:.0f} s, writer peak RSS "
                   f"{written['peak_rss'] / 1e9:.2f} GB", file=sys.stderr, flush=True)  # fmt: skip
@@ -440,41 +628,62 @@ def main(argv: list[str] | None = None) -> int:
 
         results: dict = {}
         notes = []
-        runs = [("hf4", args.hf4_python), ("realm_hf", args.realm_hf_python)]
-        for library, python in runs:
+        compressed_summary = None
+        pythons = {BASELINE: args.hf4_python}
+        for library in [name for name in LIBRARIES if name in args.configs]:
+            python = pythons.get(library, args.realm_hf_python)
             if not python.exists():
                 notes.append(f"{LIBRARIES[library]} skipped: {python} does not exist.")
                 print(f"[load_memory] {notes[-1]}", file=sys.stderr, flush=True)
                 continue
-            prepare_page_cache(weights, cold=args.cold_cache)
             child_args = ["--_measure", library, "--_dir", str(checkpoint), *common]
+            if library in (COMPRESSED, COMPRESSED_FP32):
+                if compressed_summary is None:
+                    compressed_summary = compress(args.realm_hf_python, checkpoint, light, args.num_block_records)
+                child_args += ["--_light", str(light)]
+                for path in sorted(light.rglob("*")):  # the model, records and faiss index; the shards are read in
+                    if path.is_file() and not path.name.startswith("embeddings-"):  # a few rows at a time
+                        prepare_page_cache(path, cold=args.cold_cache)
+                if library == COMPRESSED_FP32:
+                    prepare_page_cache(weights, cold=args.cold_cache)
+            else:
+                prepare_page_cache(weights, cold=args.cold_cache)
             if args.threads:
                 child_args += ["--threads", str(args.threads)]
             results[library] = run_child(python, child_args, LIBRARIES[library])  # one at a time: 24 GB machines
+            if not temporary:  # a later failure keeps what was measured
+                (workdir / "results-partial.json").write_text(json.dumps(results))
 
         any_result = next(iter(results.values()))
         threads = {LIBRARIES[name]: result["threads"] for name, result in results.items()}
-        print(f"REALM OpenQA, {args.num_block_records:,} block records; checkpoint {checkpoint_bytes / 1e9:.2f} GB on "
-              f"disk (pytorch_model.bin {weights.stat().st_size / 1e9:.2f} GB); block records array "
-              f"{any_result['records_bytes'] / 1e9:.3f} GB ({any_result['records_dtype']}, built before the RSS "
-              f"baseline, so included in every RSS figure); page cache: {'cold' if args.cold_cache else 'warm'}; "
-              f"torch threads: {threads}.")  # fmt: skip
+        print(f"REALM OpenQA, {args.num_block_records:,} block records, {args.num_questions} questions one at a "
+              f"time; checkpoint {checkpoint_bytes / 1e9:.2f} GB on disk (pytorch_model.bin "
+              f"{weights.stat().st_size / 1e9:.2f} GB); exact configurations hold a block records array of "
+              f"{results.get(EXACT, any_result)['records_bytes'] / 1e9:.3f} GB (built before the RSS baseline, so "
+              f"included in every RSS figure), the compressed ones memory-map block_records.safetensors; page cache: "
+              f"{'cold' if args.cold_cache else 'warm'}; torch threads: {threads}.")  # fmt: skip
+        if compressed_summary is not None:
+            files = compressed_summary["files"]
+            print(f"`realm-hf index compress {' '.join(COMPRESS_ARGS)}`: faiss {compressed_summary['factory']!r}, "
+                  f"nprobe {compressed_summary['nprobe']}, re-rank factor {compressed_summary['rerank_factor']}; "
+                  f"{compressed_summary.get('command_s', float('nan')):.0f} s; on disk: model "
+                  f"{files['model'] / 1e9:.2f} GB, block records {files['block_records'] / 1e9:.2f} GB, faiss index "
+                  f"{files['faiss_index'] / 1e9:.2f} GB, fp32 re-rank shards {files['rerank_shards'] / 1e9:.2f} GB.")
         print()
         print(render_table(results))
         print()
         agree = agreement(results)
-        if agree is None:
-            print("both models agree: n/a (only one library measured)")
-        else:
-            verdict = "yes" if all(agree.values()) else "no"
-            details = "; ".join(
-                f"{key.replace('_', ' ')} equal: {'yes' if value else 'no'}" for key, value in agree.items()
-            )
-            print(f"both models agree: {verdict} ({details})")
+        for key, value in agree.items():
+            print(f"- {key}: recall@5 {value['recall_at_5']:.3f} over {value['questions']} questions, identical top-5 "
+                  f"for {value['identical_top5']}, same answer for {value['same_answers']}")  # fmt: skip
+        checks = goals(results, agree)
+        for key, value in checks.items():
+            shown = value.get("value_gb", value.get("value"))
+            print(f"- goal {key}: {shown:.3f} -> {'met' if value['met'] else 'NOT met'}")
         for name, result in results.items():
             answers = "; ".join(f"{q['question']!r} -> {q['predicted_answer']!r} (blocks {q['retrieved_block_ids']})"
-                                for q in result["questions"])  # fmt: skip
-            print(f"- {LIBRARIES[name]} ({', '.join(f'{k} {v}' for k, v in result['versions'].items())}): {answers}")
+                                for q in result["questions"][:2])  # fmt: skip
+            print(f"- {LIBRARIES[name]} ({', '.join(f'{k} {v}' for k, v in result['versions'].items())}): {answers} ...")
             if result["loading_info"]:
                 print(f"  loading info: {json.dumps(result['loading_info'])}")
         for note in notes:
@@ -483,11 +692,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.json_out:
             payload = {
                 "num_block_records": args.num_block_records,
+                "num_questions": args.num_questions,
                 "checkpoint_bytes": checkpoint_bytes,
                 "weights_bytes": weights.stat().st_size,
                 "page_cache": "cold" if args.cold_cache else "warm",
+                "compressed": compressed_summary,
                 "results": results,
                 "agree": agree,
+                "goals": checks,
+                "table": render_table(results),
                 "notes": notes,
             }
             args.json_out.write_text(json.dumps(payload, indent=2) + "\n")

@@ -147,7 +147,7 @@ def find_retrieval(
             first retrieved, and builds reader inputs from ids; `False` gives transformers 4.x's [`RealmRetriever`].
         kwargs: Hub options (`revision`, `cache_dir`, `token`, `local_files_only`, `subfolder`).
     """
-    from .retrieval import ExactSearcher, PreTokenizedRetriever, RealmRetriever
+    from .retrieval import PreTokenizedRetriever, RealmRetriever, open_searcher
 
     hub_kwargs = _hub_kwargs(kwargs)
     directory = _local_directory(name_or_path, hub_kwargs)
@@ -169,7 +169,7 @@ def find_retrieval(
                 own_index = _hub_index(str(name_or_path), hub_kwargs)
         search_dir = index_dir if index_dir is not None else own_index
         if search_dir is not None:
-            searcher = ExactSearcher.from_index(search_dir)
+            searcher = open_searcher(search_dir)  # exact, or faiss for `realm-hf index compress`
             sources["embeddings"] = str(search_dir)
             if index_dir is None:
                 index_dir = own_index
@@ -208,7 +208,7 @@ def load_open_qa(
     *,
     searcher=None,
     retriever=None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     pretokenized: bool = True,
     **kwargs,
 ) -> tuple[RealmForOpenQA, Any]:
@@ -222,8 +222,9 @@ def load_open_qa(
             over your corpus, with any model whose embedder makes embeddings of the same size).
         searcher (*optional*): a ready searcher instead (`ExactSearcher`, `FaissSearcher`, ...).
         retriever (*optional*): a ready retriever (block texts + tokenizer) instead of the documents found.
-        dtype (`torch.dtype`, defaults to float32): weights are cast to it (the default model ships fp16 weights; fp16
-            matrix products are slow on CPUs).
+        dtype (`torch.dtype`, *optional*): weights are cast to it. By default they keep the checkpoint's dtype (bf16
+            for `realm-hf index compress`), except float16, which becomes float32 (the default model ships fp16
+            weights; fp16 matrix products are slow on CPUs).
         pretokenized (`bool`, defaults to `True`): see [`find_retrieval`].
         kwargs: Hub options (`revision`, `cache_dir`, `token`, `local_files_only`, `subfolder`).
     """
@@ -239,11 +240,13 @@ def load_open_qa(
         found = find_retrieval(name_or_path, index, searcher=searcher, pretokenized=pretokenized, **hub_kwargs)
         retriever, searcher = found.retriever, found.searcher
     elif index is not None and searcher is None:
-        from .retrieval import ExactSearcher
+        from .retrieval import open_searcher
 
-        searcher = ExactSearcher.from_index(index)
-    model = RealmForOpenQA.from_pretrained(name_or_path, retriever=retriever, searcher=searcher, dtype=dtype,
-                                           **hub_kwargs)  # fmt: skip
+        searcher = open_searcher(index)
+    model = RealmForOpenQA.from_pretrained(name_or_path, retriever=retriever, searcher=searcher,
+                                           dtype=dtype if dtype is not None else "auto", **hub_kwargs)  # fmt: skip
+    if dtype is None and model.dtype == torch.float16:
+        model = model.float()  # fp16 matrix products are many times slower than fp32 on CPUs
     if searcher is not None:
         check_searcher_fits(model, searcher, str(index) if index is not None else "the index")
     return model.eval(), retriever

@@ -1,4 +1,4 @@
-"""`realm-hf index build | add | eval | offload`: the user's corpus as a block-embedding index."""
+"""`realm-hf index build | add | eval | offload | compress`: the user's corpus as a block-embedding index."""
 
 import argparse
 import json
@@ -21,6 +21,7 @@ they were computed from. Block ids are stable: adding documents appends ids and 
   realm-hf index add   --index my-index --model google/realm-orqa-nq-openqa --corpus new-docs.jsonl
   realm-hf index eval  --index my-index --factory "IVF1024,PQ16" --nprobe 32
   realm-hf index offload --model google/realm-orqa-nq-openqa --output nq-index
+  realm-hf index compress --model google/realm-orqa-nq-openqa --output nq-light   # bf16 model + IVF-PQ index
 
 Data-parallel embedding: run `build` under `accelerate launch` or `torchrun --nproc_per_node N`; each process embeds
 its share of the shards. An interrupted `build` resumes where it stopped when run again with the same arguments.
@@ -144,6 +145,23 @@ def cmd_offload(args) -> int:
     return 0
 
 
+def cmd_compress(args) -> int:
+    from realm_hf.retrieval.serving import compress_open_qa
+
+    summary = compress_open_qa(
+        args.model, args.output, factory=args.factory, nprobe=args.nprobe, rerank=not args.no_rerank,
+        rerank_factor=args.rerank_factor, dtype=args.dtype, train_size=args.train_size,
+    )  # fmt: skip
+    files = summary["files"]
+    print(f"wrote {args.output}: {summary['num_blocks']:,} blocks in faiss {summary['factory']!r} (nprobe "
+          f"{summary['nprobe']}, {summary['index_bytes'] / 1e9:.2f} GB in RAM once loaded), "
+          f"{summary['dtype']} model {files['model'] / 1e9:.2f} GB, block records {files['block_records'] / 1e9:.2f} "
+          f"GB" + (f", fp32 re-rank shards {files['rerank_shards'] / 1e9:.2f} GB (read a few rows per question)"
+                   if summary["rerank"] else ", no re-rank"))  # fmt: skip
+    print(f"ask it: realm-hf ask --model {args.output} \"QUESTION\"")
+    return 0
+
+
 def cmd_eval(args) -> int:
     import numpy as np
     import torch
@@ -181,7 +199,7 @@ def cmd_eval(args) -> int:
 
 
 def add_parser(subparsers) -> None:
-    index = subparsers.add_parser("index", help="build, extend, offload and evaluate block-embedding indexes",
+    index = subparsers.add_parser("index", help="build, extend, offload, compress and evaluate block-embedding indexes",
                                   description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     commands = index.add_subparsers(dest="index_command", metavar="SUBCOMMAND", required=True)
 
@@ -210,6 +228,22 @@ def add_parser(subparsers) -> None:
     offload.add_argument("--model", required=True, help="RealmForOpenQA checkpoint (directory or repo id)")
     offload.add_argument("--output", required=True, help="index directory to write")
     offload.set_defaults(func=cmd_offload)
+
+    compress = commands.add_parser(
+        "compress", help="a light server from an open-QA checkpoint: bf16 model without block_emb + IVF-PQ index"
+    )
+    compress.add_argument("--model", required=True, help="RealmForOpenQA checkpoint with block_emb (directory or repo id)")
+    compress.add_argument("--output", required=True, help="directory to write (model, block records, index/)")
+    compress.add_argument("--factory", help="faiss factory string (default: IVF<4 sqrt(N), 64..4096>,PQ<dim/4>x4fs)")
+    compress.add_argument("--nprobe", type=positive_int, help="IVF lists probed per question (default: a quarter)")
+    compress.add_argument("--rerank-factor", type=positive_int, default=20,
+                          help="faiss candidates re-scored exactly per retrieved block (default: 20)")  # fmt: skip
+    compress.add_argument("--no-rerank", action="store_true",
+                          help="no fp32 shards on disk: serve the compressed scores as they are (lower recall)")  # fmt: skip
+    compress.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
+                          help="weights of the saved model (default: bfloat16)")  # fmt: skip
+    compress.add_argument("--train-size", type=positive_int, help="faiss training sample (default: 64 per IVF list)")
+    compress.set_defaults(func=cmd_compress)
 
     evaluate = commands.add_parser("eval", help="recall@k of an approximate (faiss) index against exact search")
     evaluate.add_argument("--index", required=True, help="an index directory (the exact reference)")

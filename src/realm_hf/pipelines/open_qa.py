@@ -48,8 +48,9 @@ class OpenQAPipeline(Pipeline):
         retriever (*optional*): a [`Retriever`] (block texts + tokenizer). Defaults to `model.retriever`, else what
             `realm_hf.loading.find_retrieval(model.name_or_path, index)` finds next to the model (a
             [`PreTokenizedRetriever`] over its documents).
-        index (`str` or `os.PathLike`, *optional*): an index directory (`realm-hf index build`) to search instead of
-            the model's own block embeddings; its `documents/` are read when it has them.
+        index (`str` or `os.PathLike`, *optional*): an index directory (`realm-hf index build`, or a compressed one
+            from `realm-hf index compress`) to search instead of the model's own block embeddings; its `documents/`
+            are read when it has them.
         searcher (*optional*): a ready searcher (`ExactSearcher`, `FaissSearcher`, ...) to search instead.
         top_k (`int`, *optional*, defaults to 1): answers per question; a call may override it.
         max_question_length (`int`, *optional*): question tokens kept; defaults to `config.searcher_seq_len`.
@@ -95,9 +96,9 @@ class OpenQAPipeline(Pipeline):
             retriever, found_searcher = self._find_retrieval(index, searcher)
             searcher = searcher if searcher is not None else found_searcher
         elif index is not None and searcher is None:
-            from ..retrieval import ExactSearcher
+            from ..retrieval import open_searcher
 
-            searcher = ExactSearcher.from_index(index)
+            searcher = open_searcher(index)
         if searcher is not None:
             check_searcher_fits(self.model, searcher, str(index) if index is not None else "the searcher")
             self.model.searcher = searcher

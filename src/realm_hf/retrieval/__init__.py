@@ -10,6 +10,7 @@ from .evaluation import recall_at_k
 from .faiss_search import FaissSearcher
 from .interfaces import ReaderInputs, Retriever, Searcher, SearchResult
 from .retriever import RealmRetriever
+from .serving import is_searcher_directory, open_searcher
 from .torch_search import ExactSearcher
 
 # Imported on first use: `datasets`/`pyarrow` (the document store) cost about 1 s and 100 MB at import, which
@@ -21,6 +22,7 @@ _LAZY = {
     "add_documents": "index_builder",
     "add_to_index": "index_builder",
     "build_index": "index_builder",
+    "compress_open_qa": "serving",
     "offload_block_embeddings": "index_builder",
     "write_index": "index_builder",
     "HybridSearcher": "hybrid",
@@ -57,11 +59,14 @@ __all__ = [
     "add_to_index",
     "block_text",
     "build_index",
+    "compress_open_qa",
     "embed_blocks",
     "encode_blocks",
+    "is_searcher_directory",
     "load_block_records",
     "merge_search_results",
     "offload_block_embeddings",
+    "open_searcher",
     "recall_at_k",
     "save_block_records",
     "shard_ranges",
