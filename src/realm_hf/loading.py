@@ -147,15 +147,15 @@ def find_retrieval(
             first retrieved, and builds reader inputs from ids; `False` gives transformers 4.x's [`RealmRetriever`].
         kwargs: Hub options (`revision`, `cache_dir`, `token`, `local_files_only`, `subfolder`).
     """
-    from .retrieval import PreTokenizedRetriever, RealmRetriever, open_searcher
+    from .retrieval import PreTokenizedRetriever, RealmRetriever, is_searcher_directory, open_searcher
 
     hub_kwargs = _hub_kwargs(kwargs)
     directory = _local_directory(name_or_path, hub_kwargs)
     index_dir = Path(index) if index is not None else None
     sources = {}
-    if index_dir is not None and not (index_dir / INDEX_MANIFEST).is_file():
+    if index_dir is not None and not is_searcher_directory(index_dir):
         nested = index_dir / INDEX_DIR
-        if (nested / INDEX_MANIFEST).is_file():  # a model directory with an index/ was given as the index
+        if is_searcher_directory(nested):  # a model directory with an index/ was given as the index
             index_dir = nested
         else:
             raise ValueError(f"--index / index= expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
@@ -164,7 +164,7 @@ def find_retrieval(
         own_index = None
         if index_dir is None:
             if directory is not None:
-                own_index = directory / INDEX_DIR if (directory / INDEX_DIR / INDEX_MANIFEST).is_file() else None
+                own_index = directory / INDEX_DIR if is_searcher_directory(directory / INDEX_DIR) else None
             else:
                 own_index = _hub_index(str(name_or_path), hub_kwargs)
         search_dir = index_dir if index_dir is not None else own_index
