@@ -29,6 +29,11 @@ MAX_HEADER_BYTES = 100_000_000
 # Any size below 10**19 (every int64) prints in at most this many digits: header room reserved before sizes are known.
 _PLACEHOLDER = 10**19 - 1
 _ITEM_SIZES = {"U8": 1, "I32": 4, "I64": 8, "F16": 2, "F32": 4}
+# Every safetensors dtype, for checking the headers of any file (checkpoints included).
+_SAFETENSORS_ITEM_SIZES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2, "U32": 4,
+    "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8,
+}  # fmt: skip
 _NUMPY_DTYPES = {"U8": np.uint8, "I32": "<i4", "I64": "<i8", "F16": "<f2", "F32": "<f4"}
 
 
@@ -66,17 +71,43 @@ def read_file_header(path: str | os.PathLike) -> tuple[int, dict[str, Any], int]
     return data_start, header, size
 
 
-def data_end(header: dict[str, Any]) -> int:
+def _tensor_entries(header: dict[str, Any], source_name: str) -> dict[str, dict[str, Any]]:
+    """The header's tensor entries, each checked to have a known dtype, a shape of non-negative ints and
+    `data_offsets` `[begin, end]` that span exactly the bytes that shape needs; `FileFormatError` otherwise."""
+    entries = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        if not (
+            isinstance(entry, dict)
+            and entry.get("dtype") in _SAFETENSORS_ITEM_SIZES
+            and isinstance(entry.get("shape"), list)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in entry["shape"])
+            and _is_int_list(entry.get("data_offsets"), 2)
+        ):
+            raise FileFormatError(
+                f"{source_name} is corrupt: expected tensor {key!r} to have a safetensors dtype, a "
+                f"shape and data_offsets [begin, end], received {entry!r:.200}"
+            )
+        begin, end = entry["data_offsets"]
+        if end - begin != int(np.prod(entry["shape"], dtype=np.int64)) * _SAFETENSORS_ITEM_SIZES[entry["dtype"]]:
+            raise FileFormatError(
+                f"{source_name} is corrupt: tensor {key!r} of shape {entry['shape']} ({entry['dtype']}) cannot span "
+                f"bytes {begin}..{end}"
+            )
+        entries[key] = entry
+    return entries
+
+
+def data_end(header: dict[str, Any], source_name: str = "the file") -> int:
     """End of the data section the header describes (relative to the data start)."""
-    ends = [
-        entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__" and isinstance(entry, dict)
-    ]
-    return max(ends, default=0)
+    return max((entry["data_offsets"][1] for entry in _tensor_entries(header, source_name).values()), default=0)
 
 
 def check_complete(header: dict[str, Any], data_start: int, file_size: int, source_name: str) -> None:
-    """Raises `ValueError` unless the file is exactly as long as its header says."""
-    expected_size = data_start + data_end(header)
+    """Raises `FileFormatError` unless every tensor entry is well formed and the file is exactly as long as its
+    header says."""
+    expected_size = data_start + data_end(header, source_name)
     if file_size != expected_size:
         raise FileFormatError(
             f"{source_name} is {'truncated' if file_size < expected_size else 'corrupt'}: expected {expected_size} "
@@ -85,7 +116,8 @@ def check_complete(header: dict[str, Any], data_start: int, file_size: int, sour
 
 
 def memmap_tensor(path: str | os.PathLike, data_start: int, entry: dict[str, Any]) -> np.ndarray:
-    """The tensor described by header `entry`, memory-mapped read-only (an empty array when it holds no data)."""
+    """The tensor described by header `entry` (checked by [`check_complete`]), memory-mapped read-only (an empty array
+    when it holds no data)."""
     dtype = _NUMPY_DTYPES[entry["dtype"]]
     shape = tuple(entry["shape"])
     if int(np.prod(shape)) == 0:
