@@ -76,8 +76,10 @@ def main() -> None:
     for name in ("fp32", "bf16"):
         ratio = seconds["fp32"] / seconds[name]
         print(f"| {name} | {seconds[name]:.1f} | {count / seconds[name]:.1f} | {ratio:.2f}x |")
-    print(f"\ntop-{k} overlap, bf16-built vs fp32-built index, {len(questions)} questions: {overlap:.4f}; "
-          f"mean relative embedding difference {float(relative):.2e}")
+    print(
+        f"\ntop-{k} overlap, bf16-built vs fp32-built index, {len(questions)} questions: {overlap:.4f}; "
+        f"mean relative embedding difference {float(relative):.2e}"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({

@@ -72,6 +72,8 @@ def make_questions(count: int) -> list[str]:
         template = ("who wrote", "where is", "who is", "where is block")[index % 4]
         questions.append(f"{template} w{(index * 7919) % 30000} w{(index * 104729 + 17) % 30000} ?")
     return questions[:count]
+
+
 CHUNK_ROWS = 1 << 20
 
 
@@ -184,8 +186,11 @@ def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> N
     # Build the encoders with a one-row block_emb: RealmForOpenQA(config) at full size would allocate (and zero) the
     # 6.8 GB buffer only for it to be replaced.
     torch.manual_seed(seed)
-    fields = {key: value for key, value in config_dict.items() if key not in ("architectures", "transformers_version",
-                                                                             "torch_dtype", "use_cache")}
+    fields = {
+        key: value
+        for key, value in config_dict.items()
+        if key not in ("architectures", "transformers_version", "torch_dtype", "use_cache")
+    }
     small = realm_hf.RealmConfig(**{**fields, "num_block_records": 1})
     model = realm_hf.RealmForOpenQA(small)
     state_dict = model.state_dict()
@@ -197,7 +202,9 @@ def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> N
 
     # Before block_emb exists: the 13M Python bytes objects of the pickled records cost about 1 GB while written.
     write_hub_block_records(directory / "block_records.npy", num_block_records)
-    state_dict["block_emb"] = block_emb = clustered_block_emb(num_block_records, config_dict["retriever_proj_size"], seed)
+    state_dict["block_emb"] = block_emb = clustered_block_emb(
+        num_block_records, config_dict["retriever_proj_size"], seed
+    )
     del model
 
     weights_path = directory / "pytorch_model.bin"
@@ -276,8 +283,14 @@ def make_block_records(num_block_records: int):
     return records
 
 
-def measure(library: str, directory: str, num_block_records: int, threads: int | None, num_questions: int,
-            light: str | None = None) -> dict:
+def measure(
+    library: str,
+    directory: str,
+    num_block_records: int,
+    threads: int | None,
+    num_questions: int,
+    light: str | None = None,
+) -> dict:
     """One configuration, in this (fresh) process: load, then ask `num_questions` questions one at a time.
 
     `hf4` / `realm_hf`: `RealmForOpenQA.from_pretrained(checkpoint, retriever=...)` over an in-memory block records
@@ -343,7 +356,10 @@ def measure(library: str, directory: str, num_block_records: int, threads: int |
     elif library == COMPRESSED_FP32:
         retriever = RealmRetriever.from_pretrained(light)
         model, loading_info = RealmForOpenQA.from_pretrained(
-            directory, retriever=retriever, searcher=open_searcher(rerank_dir), dtype=torch.float32,
+            directory,
+            retriever=retriever,
+            searcher=open_searcher(rerank_dir),
+            dtype=torch.float32,
             output_loading_info=True,
         )
     else:
@@ -577,16 +593,32 @@ def compress(python: Path, checkpoint: Path, light: Path, num_block_records: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, help="keep (and reuse) the checkpoint here instead of a temp dir")
-    parser.add_argument("--num-block-records", type=int, default=FULL_NUM_BLOCK_RECORDS,
-                        help=f"rows of block_emb and of the records (default {FULL_NUM_BLOCK_RECORDS}, the real size)")
-    parser.add_argument("--num-questions", type=int, default=DEFAULT_NUM_QUESTIONS,
-                        help=f"questions asked in every configuration, one at a time (default {DEFAULT_NUM_QUESTIONS})")
-    parser.add_argument("--configs", nargs="+", choices=list(LIBRARIES), default=list(LIBRARIES),
-                        help="configurations to measure (default: all)")
+    parser.add_argument(
+        "--num-block-records",
+        type=int,
+        default=FULL_NUM_BLOCK_RECORDS,
+        help=f"rows of block_emb and of the records (default {FULL_NUM_BLOCK_RECORDS}, the real size)",
+    )
+    parser.add_argument(
+        "--num-questions",
+        type=int,
+        default=DEFAULT_NUM_QUESTIONS,
+        help=f"questions asked in every configuration, one at a time (default {DEFAULT_NUM_QUESTIONS})",
+    )
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(LIBRARIES),
+        default=list(LIBRARIES),
+        help="configurations to measure (default: all)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in all (default: torch's)")
     parser.add_argument("--json", type=Path, dest="json_out", help="also write every measurement to this JSON file")
-    parser.add_argument("--cold-cache", action="store_true",
-                        help="drop the checkpoint from the page cache before each run (default: read it in first)")
+    parser.add_argument(
+        "--cold-cache",
+        action="store_true",
+        help="drop the checkpoint from the page cache before each run (default: read it in first)",
+    )
     parser.add_argument("--realm-hf-python", type=Path, default=DEFAULT_REALM_HF_PYTHON)
     parser.add_argument("--hf4-python", type=Path, default=DEFAULT_HF4_PYTHON)
     # internal: the subprocesses
@@ -664,11 +696,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{'cold' if args.cold_cache else 'warm'}; torch threads: {threads}.")  # fmt: skip
         if compressed_summary is not None:
             files = compressed_summary["files"]
-            print(f"`realm-hf index compress {' '.join(COMPRESS_ARGS)}`: faiss {compressed_summary['factory']!r}, "
-                  f"nprobe {compressed_summary['nprobe']}, re-rank factor {compressed_summary['rerank_factor']}; "
-                  f"{compressed_summary.get('command_s', float('nan')):.0f} s; on disk: model "
-                  f"{files['model'] / 1e9:.2f} GB, block records {files['block_records'] / 1e9:.2f} GB, faiss index "
-                  f"{files['faiss_index'] / 1e9:.2f} GB, fp32 re-rank shards {files['rerank_shards'] / 1e9:.2f} GB.")
+            print(
+                f"`realm-hf index compress {' '.join(COMPRESS_ARGS)}`: faiss {compressed_summary['factory']!r}, "
+                f"nprobe {compressed_summary['nprobe']}, re-rank factor {compressed_summary['rerank_factor']}; "
+                f"{compressed_summary.get('command_s', float('nan')):.0f} s; on disk: model "
+                f"{files['model'] / 1e9:.2f} GB, block records {files['block_records'] / 1e9:.2f} GB, faiss index "
+                f"{files['faiss_index'] / 1e9:.2f} GB, fp32 re-rank shards {files['rerank_shards'] / 1e9:.2f} GB."
+            )
         print()
         print(render_table(results))
         print()
@@ -683,7 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, result in results.items():
             answers = "; ".join(f"{q['question']!r} -> {q['predicted_answer']!r} (blocks {q['retrieved_block_ids']})"
                                 for q in result["questions"][:2])  # fmt: skip
-            print(f"- {LIBRARIES[name]} ({', '.join(f'{k} {v}' for k, v in result['versions'].items())}): {answers} ...")
+            print(
+                f"- {LIBRARIES[name]} ({', '.join(f'{k} {v}' for k, v in result['versions'].items())}): {answers} ..."
+            )
             if result["loading_info"]:
                 print(f"  loading info: {json.dumps(result['loading_info'])}")
         for note in notes:

@@ -1,7 +1,7 @@
 """Answer questions with a REALM open-QA model and print the evidence.
 
-    python examples/ask.py                       # the built-in demo model (untrained, built on first use)
-    python examples/ask.py --model DIR_OR_REPO   # e.g. google/realm-orqa-nq-openqa where the Hub is reachable
+python examples/ask.py                       # the built-in demo model (untrained, built on first use)
+python examples/ask.py --model DIR_OR_REPO   # e.g. google/realm-orqa-nq-openqa where the Hub is reachable
 """
 
 import argparse

@@ -91,7 +91,9 @@ def stage_ict(args) -> None:
     if (target / "query_embedder" / "model.safetensors").is_file():
         return
     store = load_corpus(args)
-    rows = datasets.Dataset.from_dict({"title": store.titles(range(len(store))), "text": store.texts(range(len(store)))})
+    rows = datasets.Dataset.from_dict(
+        {"title": store.titles(range(len(store))), "text": store.texts(range(len(store)))}
+    )
     tokenizer = RealmTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(args.seed)
     # One encoder for questions and blocks, as ORQA; the question side is fine-tuned separately later.
@@ -123,7 +125,9 @@ def stage_questions(args) -> None:
 
     if (args.work_dir / "questions" / "elements.jsonl").is_file():
         return
-    write_question_sets(args.work_dir / "questions", seed=args.seed, tokenizer=RealmTokenizer.from_pretrained(minilm_path()))
+    write_question_sets(
+        args.work_dir / "questions", seed=args.seed, tokenizer=RealmTokenizer.from_pretrained(minilm_path())
+    )
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -488,10 +492,17 @@ def stage_export(args) -> None:
         "bytes": sum(path.stat().st_size for path in output.rglob("*") if path.is_file()),
         "packages": packages,
     }
-    logger.info("export: fp16 answers equal fp32 on %.3f of the test questions; %.1f MB",
-                results["export"]["same_answer_as_fp32"], results["export"]["bytes"] / 1e6)
+    logger.info(
+        "export: fp16 answers equal fp32 on %.3f of the test questions; %.1f MB",
+        results["export"]["same_answer_as_fp32"],
+        results["export"]["bytes"] / 1e6,
+    )
     for name in ("ict", f"{arm}/model", "pretrain"):
-        log = args.work_dir / name / {"ict": "train.json", "pretrain": "pretrain_results.json"}.get(name, "train_results.json")
+        log = (
+            args.work_dir
+            / name
+            / {"ict": "train.json", "pretrain": "pretrain_results.json"}.get(name, "train_results.json")
+        )
         if log.is_file():
             results.setdefault("training", {})[name] = json.loads(log.read_text(encoding="utf-8"))
     for entry in results.get("training", {}).get("ict", {}).get("log", [])[:-1]:
@@ -552,19 +563,34 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="questions per fine-tuning step")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--eval-steps", type=int, default=49)
-    parser.add_argument("--max-steps", type=int, default=900, help="cap on fine-tuning steps (0: --epochs decides); "
-                        "900 x 8 questions is about 2 hours on 2 CPU cores")
-    parser.add_argument("--quiz-dir", type=Path, default=None, help="unpacked bsdgames quiz files (default: fetched "
-                                                                     "with apt-get download into $REALM_HF_HOME)")
-    parser.add_argument("--dev-per-source", type=int, default=60, help="dev questions per source for checkpoint choice")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=900,
+        help="cap on fine-tuning steps (0: --epochs decides); 900 x 8 questions is about 2 hours on 2 CPU cores",
+    )
+    parser.add_argument(
+        "--quiz-dir",
+        type=Path,
+        default=None,
+        help="unpacked bsdgames quiz files (default: fetched with apt-get download into $REALM_HF_HOME)",
+    )
+    parser.add_argument(
+        "--dev-per-source", type=int, default=60, help="dev questions per source for checkpoint choice"
+    )
     parser.add_argument("--eval-per-source", type=int, default=300, help="dev questions per source in evaluate")
-    parser.add_argument("--factbook-only", action="store_true", help="fine-tune on the factbook templates alone "
-                                                                      "(the previous recipe)")
+    parser.add_argument(
+        "--factbook-only", action="store_true", help="fine-tune on the factbook templates alone (the previous recipe)"
+    )
     parser.add_argument("--pretrain-steps", type=int, default=300, help="about 2 hours on 2 CPU cores; more on a GPU")
     parser.add_argument("--pretrain-batch-size", type=int, default=8)
     parser.add_argument("--pretrain-refresh-every", type=int, default=100)
-    parser.add_argument("--ship", choices=["auto", *ARMS], default="auto",
-                        help="which fine-tuned model export ships (auto: the better on dev)")
+    parser.add_argument(
+        "--ship",
+        choices=["auto", *ARMS],
+        default="auto",
+        help="which fine-tuned model export ships (auto: the better on dev)",
+    )
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
                         help="ICT, index build and fine-tuning precision (auto: bf16 where the CPU has "
                         "AVX512-BF16/AMX; fine-tuning always reads in length groups, with fused AdamW)")  # fmt: skip

@@ -20,5 +20,7 @@ reader_output, predicted_answer_ids = model(**question_ids, return_dict=False)  
 print("answer:", tokenizer.decode(predicted_answer_ids))
 
 # New in realm_hf: a batch of questions, one answer each, and everything saves as safetensors without pickle.
-batch = tokenizer(["what is the capital of france ?", "where does the river flow ?"], padding=True, return_tensors="pt")
+batch = tokenizer(
+    ["what is the capital of france ?", "where does the river flow ?"], padding=True, return_tensors="pt"
+)
 print("batch:", [tokenizer.decode(ids) for ids in model(**batch).predicted_answer_ids])

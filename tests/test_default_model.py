@@ -121,5 +121,7 @@ def test_checkpoint_without_unused_heads_is_smaller_and_loads_cleanly(demo_dir, 
     assert (tmp_path / "model.safetensors").stat().st_size < (demo_dir / "model.safetensors").stat().st_size
     loaded, info = RealmForOpenQA.from_pretrained(tmp_path, retriever=retriever, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
-    assert _answers(loaded.eval(), retriever.tokenizer, DEMO_QUESTIONS)[1] == _answers(
-        model, retriever.tokenizer, DEMO_QUESTIONS)[1]
+    assert (
+        _answers(loaded.eval(), retriever.tokenizer, DEMO_QUESTIONS)[1]
+        == _answers(model, retriever.tokenizer, DEMO_QUESTIONS)[1]
+    )

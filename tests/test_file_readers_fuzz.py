@@ -43,7 +43,9 @@ def damage(draw, size: int):
         end = draw(st.integers(0, max(size - 1, 0)))
         return lambda data: data[:end]
     if kind == "flip":
-        flips = draw(st.lists(st.tuples(st.integers(0, max(size - 1, 0)), st.integers(1, 255)), min_size=1, max_size=4))
+        flips = draw(
+            st.lists(st.tuples(st.integers(0, max(size - 1, 0)), st.integers(1, 255)), min_size=1, max_size=4)
+        )
 
         def flip(data: bytes) -> bytes:
             changed = bytearray(data)

@@ -58,9 +58,9 @@ def build_demo_model(output_dir: str | Path, seed: int = 0) -> Path:
 
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir)
-    RealmRetriever(block_records=np.array([b.encode() for b in blocks], dtype=object), tokenizer=tokenizer).save_pretrained(
-        output_dir
-    )
+    RealmRetriever(
+        block_records=np.array([b.encode() for b in blocks], dtype=object), tokenizer=tokenizer
+    ).save_pretrained(output_dir)
     return output_dir
 
 

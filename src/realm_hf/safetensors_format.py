@@ -56,9 +56,13 @@ def read_header(fp: io.BufferedIOBase, file_size: int, source_name: str) -> tupl
     try:
         header = json.loads(fp.read(header_nbytes).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise FileFormatError(f"{source_name} is corrupt: its safetensors header is not valid JSON ({error})") from error
+        raise FileFormatError(
+            f"{source_name} is corrupt: its safetensors header is not valid JSON ({error})"
+        ) from error
     if not isinstance(header, dict):
-        raise FileFormatError(f"{source_name} is corrupt: expected a JSON object header, received {type(header).__name__}")
+        raise FileFormatError(
+            f"{source_name} is corrupt: expected a JSON object header, received {type(header).__name__}"
+        )
     return 8 + header_nbytes, header
 
 

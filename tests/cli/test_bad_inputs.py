@@ -24,7 +24,9 @@ from realm_hf.retrieval.index_builder import write_index
 from realm_hf.retrieval.index_files import read_manifest
 from realm_hf.retrieval.torch_search import ExactSearcher
 
-GOOD = "".join(json.dumps({"title": f"Doc {i}", "text": f"Paris is the capital of France {i}."}) + "\n" for i in range(6))
+GOOD = "".join(
+    json.dumps({"title": f"Doc {i}", "text": f"Paris is the capital of France {i}."}) + "\n" for i in range(6)
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,9 @@ def inputs(tmp_path_factory, demo_dir):
     (broken_manifest / "index.json").write_text('{"format": "realm_hf.index", "dim": 32,, }')
     fewer_documents = root / "fewer-documents"
     _copy_tree(finished, fewer_documents)
-    DocumentStore.from_records([{"text": "only one", "title": ""}]).save(fewer_documents / "documents", )
+    DocumentStore.from_records([{"text": "only one", "title": ""}]).save(
+        fewer_documents / "documents",
+    )
     # What the first build over an empty JSONL used to leave: documents/ with no documents, no index.json.
     leftover = root / "leftover"
     DocumentStore.from_records([]).save(leftover / "documents")
@@ -229,7 +233,9 @@ def test_api_index_of_another_dimension_names_both(demo_dir, tmp_path):
     model = RealmForOpenQA.from_pretrained(demo_dir, retriever=retriever,
                                            searcher=ExactSearcher.from_index(tmp_path / "index16")).eval()  # fmt: skip
     inputs = retriever.tokenizer(["where is paris?"], return_tensors="pt")
-    with pytest.raises(ValueError, match="the index holds 16-d block embeddings but this model embeds questions in 32-d"):
+    with pytest.raises(
+        ValueError, match="the index holds 16-d block embeddings but this model embeds questions in 32-d"
+    ):
         model(**inputs)
 
 

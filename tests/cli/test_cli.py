@@ -38,8 +38,19 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
     assert [line["question"] for line in lines] == ["Who wrote Hamlet?", "What is the capital of Japan?"]
     retriever = RealmRetriever.from_pretrained(demo_dir)
     for line in lines:
-        assert set(line) == {"question", "rank", "answer", "score", "block_id", "title", "evidence", "start", "end",
-                             "confidence", "abstained"}
+        assert set(line) == {
+            "question",
+            "rank",
+            "answer",
+            "score",
+            "block_id",
+            "title",
+            "evidence",
+            "start",
+            "end",
+            "confidence",
+            "abstained",
+        }
         assert line["confidence"] is None and line["abstained"] is False  # no calibration.json: never abstains
         assert line["evidence"] == retriever.block_records[line["block_id"]].decode()
         # the answer as written in the evidence, original case included
@@ -61,7 +72,9 @@ def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
     assert line["abstained"] is True and line["confidence"] == pytest.approx(0.5) and line["answer"] != ""
     assert main(["ask", "--model", str(directory), "Who wrote Hamlet?"]) == 0
     assert f"A: (not sure) {line['answer']}  (score" in capsys.readouterr().out
-    assert main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", "Who wrote Hamlet?"]) == 0
+    assert (
+        main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", "Who wrote Hamlet?"]) == 0
+    )
     assert json.loads(capsys.readouterr().out)["abstained"] is False
     with pytest.raises(SystemExit):
         main(["ask", "--model", str(directory), "--abstention-threshold", "1.5", "Who wrote Hamlet?"])

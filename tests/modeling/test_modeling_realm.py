@@ -257,7 +257,9 @@ def test_training_step_reaches_every_trainable_part(inputs):
     assert reader.qa_outputs.dense_output.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("model_class", [RealmEmbedder, RealmScorer, RealmKnowledgeAugEncoder, RealmReader, RealmForOpenQA])
+@pytest.mark.parametrize(
+    "model_class", [RealmEmbedder, RealmScorer, RealmKnowledgeAugEncoder, RealmReader, RealmForOpenQA]
+)
 def test_every_class_saves_safetensors_and_reloads_identically(tmp_path, model_class):
     model = model_class(tiny_config())
     model.save_pretrained(tmp_path)
@@ -324,5 +326,7 @@ def test_truncated_pytorch_bin_is_named(tmp_path):
     torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
     data = (tmp_path / "pytorch_model.bin").read_bytes()
     (tmp_path / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match=r"pytorch_model.bin is not a complete PyTorch checkpoint: .* found \d+ bytes"):
+    with pytest.raises(
+        ValueError, match=r"pytorch_model.bin is not a complete PyTorch checkpoint: .* found \d+ bytes"
+    ):
         RealmReader.from_pretrained(tmp_path)

@@ -39,7 +39,9 @@ def golden(component: str) -> tuple[dict, dict, dict]:
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, name: str = ""):
     if expected.dtype == torch.uint8:  # bools are stored as uint8
         expected = expected.bool()
-    assert tuple(actual.shape) == tuple(expected.shape), f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
     if expected.is_floating_point():
         torch.testing.assert_close(actual.float(), expected, atol=ATOL, rtol=0, msg=name)
     else:
@@ -228,7 +230,9 @@ def test_open_qa_batch_of_golden_questions_equals_the_reference(open_qa):
             expected = outputs[prefix + name].reshape(()) if name.endswith("_pos") else outputs[prefix + name]
             assert_close(getattr(result.reader_output, name)[index], expected, prefix + name)
         # The batch is padded to its longest question, so span indices differ; the gold spans themselves must not.
-        assert _gold_spans(result.reader_output.reader_correct[index]) == _gold_spans(outputs[prefix + "reader_correct"])
+        assert _gold_spans(result.reader_output.reader_correct[index]) == _gold_spans(
+            outputs[prefix + "reader_correct"]
+        )
 
 
 def _gold_spans(reader_correct: torch.Tensor) -> set[tuple[int, int, int]]:

@@ -21,7 +21,9 @@ def test_full_tokenizer(tokenizer):
     tokens = tokenizer.tokenize("UNwant\u00e9d,running")
     assert tokens == ["un", "##want", "##ed", ",", "runn", "##ing"]
     assert tokenizer.convert_tokens_to_ids(tokens) == [9, 6, 7, 12, 10, 11]
-    assert tokenizer.decode(tokenizer("UNwant\u00e9d,running", add_special_tokens=False).input_ids) == "unwanted, running"
+    assert (
+        tokenizer.decode(tokenizer("UNwant\u00e9d,running", add_special_tokens=False).input_ids) == "unwanted, running"
+    )
 
 
 def test_fast_is_the_same_class():

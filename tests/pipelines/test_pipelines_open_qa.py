@@ -306,7 +306,9 @@ def test_bad_questions_name_expected_and_received(open_qa):
         open_qa(["Who wrote Hamlet?", None])
     with pytest.raises(ValueError, match="the question: expected a question, received only whitespace '  '"):
         open_qa("  ")
-    with pytest.raises(ValueError, match=r"questions\[1\]: expected Unicode text, received a lone surrogate '\\udce9'"):
+    with pytest.raises(
+        ValueError, match=r"questions\[1\]: expected Unicode text, received a lone surrogate '\\udce9'"
+    ):
         open_qa(["Who wrote Hamlet?", "caf\udce9"])
 
 
@@ -372,7 +374,9 @@ def test_margin_and_retrieval_features_match_score_spans(open_qa):
 def test_threshold_override_and_calibration_file(open_qa, demo_dir, tmp_path):
     calibration = _calibration("log_span_probability", weight=0.0, bias=0.0, threshold=0.6)  # confidence 0.5
     answers = open_qa(QUESTIONS, calibration=calibration, top_k=2)
-    assert all(answer["confidence"] == pytest.approx(0.5) and answer["abstained"] for pair in answers for answer in pair)
+    assert all(
+        answer["confidence"] == pytest.approx(0.5) and answer["abstained"] for pair in answers for answer in pair
+    )
     kept = open_qa(QUESTIONS[0], calibration=calibration, abstention_threshold=0.4)
     assert kept["abstained"] is False and kept["answer"] == open_qa(QUESTIONS[0])["answer"]
     with pytest.raises(ValueError, match="abstention_threshold"):

@@ -94,10 +94,18 @@ def write_index(directory: Path, embeddings: torch.Tensor, shard_counts: list[in
         # As index_files writes them, equal shards and a shorter last one: the largest rank holds the optimum (100
         # blocks, 200 blocks) and the boundaries stay near the even split, so the empty rank or the light ranks are
         # spread out rather than piled at the end.
-        ([100] * 11 + [37], 13, [(rank, rank + 1, 100 * rank) for rank in range(3)] + [(3, 3, 300)]
-                                + [(rank, rank + 1, 100 * rank) for rank in range(3, 12)]),
-        ([100] * 12 + [37], 8, [(0, 2, 0), (2, 3, 200), (3, 5, 300), (5, 6, 500), (6, 8, 600), (8, 9, 800),
-                                (9, 11, 900), (11, 13, 1100)]),
+        (
+            [100] * 11 + [37],
+            13,
+            [(rank, rank + 1, 100 * rank) for rank in range(3)]
+            + [(3, 3, 300)]
+            + [(rank, rank + 1, 100 * rank) for rank in range(3, 12)],
+        ),
+        (
+            [100] * 12 + [37],
+            8,
+            [(0, 2, 0), (2, 3, 200), (3, 5, 300), (5, 6, 500), (6, 8, 600), (8, 9, 800), (9, 11, 900), (11, 13, 1100)],
+        ),
         ([], 2, [(0, 0, 0), (0, 0, 0)]),
     ],
 )
@@ -110,8 +118,7 @@ def smallest_largest_load(shard_counts: list[int], world_size: int) -> int:
     block_offsets = [0, *itertools.accumulate(shard_counts)]
     return min(
         max(
-            block_offsets[last] - block_offsets[first]
-            for first, last in zip((0, *inner), (*inner, len(shard_counts)))
+            block_offsets[last] - block_offsets[first] for first, last in zip((0, *inner), (*inner, len(shard_counts)))
         )
         for inner in itertools.combinations_with_replacement(range(len(shard_counts) + 1), world_size - 1)
     )

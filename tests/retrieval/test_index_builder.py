@@ -85,7 +85,9 @@ def test_resume_recomputes_only_missing_shards_and_is_byte_identical(tmp_path, e
     assert (partial / shard_file_name(0)).stat().st_mtime_ns == done_before  # finished shards are not recomputed
     assert not list(partial.glob("*.tmp"))
     for index in range(5):
-        assert (partial / shard_file_name(index)).read_bytes() == (tmp_path / "full" / shard_file_name(index)).read_bytes()
+        assert (partial / shard_file_name(index)).read_bytes() == (
+            tmp_path / "full" / shard_file_name(index)
+        ).read_bytes()
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, embedder_and_tokenizer):

@@ -111,6 +111,7 @@ def test_index_commands_build_add_eval_offload(tmp_path, demo_dir, capsys):
 
     assert main(["index", "offload", "--model", str(demo_dir), "--output", str(tmp_path / "offloaded")]) == 0
     assert "with their block records" in capsys.readouterr().out
-    assert len(DocumentStore.load(tmp_path / "offloaded" / "documents")) == ExactSearcher.from_index(
-        tmp_path / "offloaded"
-    ).num_blocks
+    assert (
+        len(DocumentStore.load(tmp_path / "offloaded" / "documents"))
+        == ExactSearcher.from_index(tmp_path / "offloaded").num_blocks
+    )

@@ -242,6 +242,10 @@ def test_left_truncation_keeps_the_last_wordpieces(setup):
     block_ids = np.arange(len(texts))
     for max_length in (6, 9, 12):
         _assert_same(
-            RealmRetriever(reference.block_records, left)(block_ids, question.input_ids, answers, max_length=max_length),
-            PreTokenizedRetriever(retriever.blocks, left)(block_ids, question.input_ids, answers, max_length=max_length),
+            RealmRetriever(reference.block_records, left)(
+                block_ids, question.input_ids, answers, max_length=max_length
+            ),
+            PreTokenizedRetriever(retriever.blocks, left)(
+                block_ids, question.input_ids, answers, max_length=max_length
+            ),
         )

@@ -107,8 +107,13 @@ def test_training_updates_question_encoder_and_reader_only_and_keeps_the_best_ch
     assert torch.equal(after["block_emb"], before["block_emb"])  # block embeddings are frozen
     changed = {name for name in before if not torch.equal(after[name], before[name])}
     assert any(name.startswith("embedder.realm.") for name in changed)  # question encoder trains
-    assert any(name.startswith("reader.realm.") for name in changed) and "reader.qa_outputs.dense_output.weight" in changed
-    assert not any(name.startswith(("embedder.cls.predictions.", "reader.cls.", "reader.realm.pooler.")) for name in changed)
+    assert (
+        any(name.startswith("reader.realm.") for name in changed)
+        and "reader.qa_outputs.dense_output.weight" in changed
+    )
+    assert not any(
+        name.startswith(("embedder.cls.predictions.", "reader.cls.", "reader.realm.pooler.")) for name in changed
+    )
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert logged and all("retriever_loss" in entry and "reader_loss" in entry for entry in logged)
 

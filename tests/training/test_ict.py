@@ -126,7 +126,8 @@ def test_title_as_pseudo_query_keeps_the_whole_block():
                for _ in range(50))  # fmt: skip
     # 0 (the default) draws nothing extra: the random stream is ORQA's.
     assert make_ict_example("T", text, random.Random(3)) == make_ict_example(
-        "T", text, random.Random(3), title_query_probability=0.0)
+        "T", text, random.Random(3), title_query_probability=0.0
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -317,8 +318,10 @@ def test_training_resumes_from_a_checkpoint_with_both_embedders(tokenizer, tmp_p
         return trainer
 
     trained = run(2, resume=False).model.state_dict()
-    loader = ICTTrainer(model=tiny_ict_model(share_encoders=share_encoders),
-                        args=TrainingArguments(output_dir=str(tmp_path / "other"), use_cpu=True, report_to="none"))
+    loader = ICTTrainer(
+        model=tiny_ict_model(share_encoders=share_encoders),
+        args=TrainingArguments(output_dir=str(tmp_path / "other"), use_cpu=True, report_to="none"),
+    )
     loader._load_from_checkpoint(str(tmp_path / "run" / "checkpoint-2"))
     for (name, a), (_, b) in zip(trained.items(), loader.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), name

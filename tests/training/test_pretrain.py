@@ -191,7 +191,9 @@ def test_model_saves_as_one_checkpoint_and_as_plain_parts(setup, tmp_path):
     embedder = RealmEmbedder.from_pretrained(tmp_path / "parts" / "embedder")
     encoder = RealmKnowledgeAugEncoder.from_pretrained(tmp_path / "parts" / "encoder")
     assert torch.equal(embedder.cls.dense.weight, model.embedder.cls.dense.weight)
-    assert torch.equal(encoder.cls.predictions.transform.dense.weight, model.encoder.cls.predictions.transform.dense.weight)
+    assert torch.equal(
+        encoder.cls.predictions.transform.dense.weight, model.encoder.cls.predictions.transform.dense.weight
+    )
     assert pretraining_warmup_steps(50) == 50 and pretraining_warmup_steps(5000) == 500
 
 
@@ -256,7 +258,9 @@ def test_the_retriever_waits_for_its_start_step_and_learns_at_its_own_rate(setup
 
 
 def test_retriever_settings_are_checked(setup, tmp_path):
-    with pytest.raises(ValueError, match="retriever_start_step >= 0 and retriever_learning_rate >= 0, got -1 and None"):
+    with pytest.raises(
+        ValueError, match="retriever_start_step >= 0 and retriever_learning_rate >= 0, got -1 and None"
+    ):
         _train(setup, tmp_path, None, steps=1, retriever_start_step=-1)
 
 
@@ -328,7 +332,9 @@ def test_resume_drops_indexes_newer_than_the_checkpoint(setup, tmp_path):
     trainer, model, candidates = _train(setup, tmp_path, "sync", steps=6, every=1, resume=True)
     assert trainer.state.global_step == 6 and candidates.index_step == 6
     # The indexes of steps 3 and 4 came from weights no checkpoint holds: dropped and rebuilt from the resumed run's.
-    lines = [json.loads(line)["step"] for line in (tmp_path / "refresh" / "refresh_log.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line)["step"] for line in (tmp_path / "refresh" / "refresh_log.jsonl").read_text().splitlines()
+    ]
     assert lines == [1, 2, 3, 4, 3, 4, 5, 6]
     third = next(entry for entry in trainer.state.log_history if entry.get("step") == 3)
     assert third["index_staleness"] == 0  # step 3 trained on step 2's index
@@ -363,7 +369,10 @@ def test_cli_pretrain_two_processes_equal_one_process_over_the_same_global_batch
                          text=True, timeout=300)  # fmt: skip
     assert two.returncode == 0, two.stderr[-3000:]
     for part in ("embedder", "encoder"):
-        a, b = load_file(tmp_path / "one" / part / "model.safetensors"), load_file(tmp_path / "two" / part / "model.safetensors")
+        a, b = (
+            load_file(tmp_path / "one" / part / "model.safetensors"),
+            load_file(tmp_path / "two" / part / "model.safetensors"),
+        )
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=f"{part} {key}")
@@ -396,7 +405,9 @@ def test_cli_pretrain_checks_sentence_titles_and_retriever_options(setup, tmp_pa
     assert "asks for them on (--sentence-title)" in result.stderr
     result = subprocess.run([*command, "--retriever-start-step", "-3"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "expected an integer >= 0, got '-3'" in result.stderr
-    result = subprocess.run([*command, "--retriever-learning-rate", "nan"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*command, "--retriever-learning-rate", "nan"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and "expected a number >= 0, got 'nan'" in result.stderr
 
 

@@ -99,9 +99,7 @@ def add_parser(subparsers) -> None:
                           help="recall@k cut-offs, comma-separated (default: 1,5,20,100)")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     evaluate.add_argument("--limit", type=positive_int, default=None, help="evaluate only the first N questions")
-    evaluate.add_argument(
-        "--batch-size", type=positive_int, default=8, help="questions per forward pass (default: 8)"
-    )
+    evaluate.add_argument("--batch-size", type=positive_int, default=8, help="questions per forward pass (default: 8)")
     evaluate.add_argument("--regex", action="store_true",
                           help="answers are regular expressions (CuratedTrec): regex match instead of exact match")  # fmt: skip
     evaluate.set_defaults(func=cmd_evaluate)

@@ -140,8 +140,10 @@ def cmd_offload(args) -> int:
         records = None
     if records is not None:
         DocumentStore.from_block_records(records).save(output / DOCUMENTS_DIR)
-    print(f"wrote {model.searcher.num_blocks} block embeddings to {output}"
-          + (" with their block records" if records is not None else " (the checkpoint has no block records)"))
+    print(
+        f"wrote {model.searcher.num_blocks} block embeddings to {output}"
+        + (" with their block records" if records is not None else " (the checkpoint has no block records)")
+    )
     return 0
 
 
@@ -158,7 +160,7 @@ def cmd_compress(args) -> int:
           f"{summary['dtype']} model {files['model'] / 1e9:.2f} GB, block records {files['block_records'] / 1e9:.2f} "
           f"GB" + (f", fp32 re-rank shards {files['rerank_shards'] / 1e9:.2f} GB (read a few rows per question)"
                    if summary["rerank"] else ", no re-rank"))  # fmt: skip
-    print(f"ask it: realm-hf ask --model {args.output} \"QUESTION\"")
+    print(f'ask it: realm-hf ask --model {args.output} "QUESTION"')
     return 0
 
 
@@ -232,7 +234,9 @@ def add_parser(subparsers) -> None:
     compress = commands.add_parser(
         "compress", help="a light server from an open-QA checkpoint: bf16 model without block_emb + IVF-PQ index"
     )
-    compress.add_argument("--model", required=True, help="RealmForOpenQA checkpoint with block_emb (directory or repo id)")
+    compress.add_argument(
+        "--model", required=True, help="RealmForOpenQA checkpoint with block_emb (directory or repo id)"
+    )
     compress.add_argument("--output", required=True, help="directory to write (model, block records, index/)")
     compress.add_argument("--factory", help="faiss factory string (default: IVF<4 sqrt(N), 64..4096>,PQ<dim/4>x4fs)")
     compress.add_argument("--nprobe", type=positive_int, help="IVF lists probed per question (default: a quarter)")
@@ -252,7 +256,9 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--nprobe", type=int, help="IVF lists probed per query")
     evaluate.add_argument("--ef-search", type=int, help="HNSW search breadth")
     evaluate.add_argument("--k", default="5,100", help="comma-separated cut-offs (default: 5,100)")
-    evaluate.add_argument("--num-queries", type=positive_int, default=1000, help="queries sampled from the index (default 1000)")
+    evaluate.add_argument(
+        "--num-queries", type=positive_int, default=1000, help="queries sampled from the index (default 1000)"
+    )
     evaluate.add_argument("--noise", type=float, default=0.3, help="query noise, relative to the embeddings' std")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_eval)

@@ -145,7 +145,7 @@ def cmd_demo(args) -> int:
     )
     model, retriever = _load(str(directory))
     _print_answers(answer_questions(model, retriever, args.questions or DEMO_QUESTIONS), as_json=False)
-    print(f"model, tokenizer and retriever saved in {directory}; try: realm-hf ask --model {directory} \"...\"")
+    print(f'model, tokenizer and retriever saved in {directory}; try: realm-hf ask --model {directory} "..."')
     return 0
 
 
@@ -198,7 +198,9 @@ def cmd_ask(args) -> int:
     if args.searcher != "dense":
         from realm_hf.retrieval.hybrid import hybrid_searcher_for
 
-        model.searcher = hybrid_searcher_for(model, bm25_fraction=1.0 if args.searcher == "bm25" else args.bm25_fraction)
+        model.searcher = hybrid_searcher_for(
+            model, bm25_fraction=1.0 if args.searcher == "bm25" else args.bm25_fraction
+        )
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
                                abstention_threshold=args.abstention_threshold)  # fmt: skip
     _print_answers(results, as_json=args.json)
@@ -230,8 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("questions", nargs="*", help="questions to ask instead of the sample ones")
     demo.add_argument("--untrained", action="store_true", help="use the untrained 16-passage demo model even when "
                                                                "the default model is present")  # fmt: skip
-    demo.add_argument("--output", help="where to save the untrained demo model (default: $REALM_HF_HOME/demo or "
-                                       "~/.cache/realm_hf/demo)")
+    demo.add_argument(
+        "--output",
+        help="where to save the untrained demo model (default: $REALM_HF_HOME/demo or ~/.cache/realm_hf/demo)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     ask = subparsers.add_parser("ask", help="answer questions with evidence",
@@ -249,8 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--searcher", choices=("dense", "hybrid", "bm25"), default="dense",
                      help="which blocks are read: the model's dense search (default), the union of dense and BM25 "
                           "candidates (hybrid), or BM25's alone; all scored by the model's own relevance")  # fmt: skip
-    ask.add_argument("--bm25-fraction", type=_unit_interval, default=0.4, metavar="F",
-                     help="with --searcher hybrid, the share of the blocks read that BM25 chooses (default: 0.4)")
+    ask.add_argument(
+        "--bm25-fraction",
+        type=_unit_interval,
+        default=0.4,
+        metavar="F",
+        help="with --searcher hybrid, the share of the blocks read that BM25 chooses (default: 0.4)",
+    )
     ask.add_argument("--abstention-threshold", type=_unit_interval, default=None, metavar="P",
                      help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
                           "calibration.json threshold; 0 never abstains; models without calibration never abstain)")  # fmt: skip

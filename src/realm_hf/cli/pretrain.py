@@ -163,7 +163,9 @@ def cmd_pretrain(args) -> int:
                    "refresh_every": args.refresh_every, "log": trainer.state.log_history}  # fmt: skip
         (output / "pretrain_results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         last = next((entry for entry in reversed(trainer.state.log_history) if "retrieval_utility" in entry), {})
-        print(json.dumps({key: value for key, value in summary.items() if key != "log"} | {"last_log": last}, indent=2))
+        print(
+            json.dumps({key: value for key, value in summary.items() if key != "log"} | {"last_log": last}, indent=2)
+        )
     return 0
 
 

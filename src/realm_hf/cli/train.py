@@ -156,7 +156,9 @@ def add_parser(subparsers) -> None:
     data = train.add_mutually_exclusive_group(required=True)
     data.add_argument("--train-file", help="training questions (.jsonl / .json / .csv / .parquet)")
     data.add_argument("--dataset", help="a Hub dataset name, e.g. nq_open (needs network)")
-    train.add_argument("--dev-file", help="dev questions: evaluated every --eval-steps; the best EM checkpoint is kept")
+    train.add_argument(
+        "--dev-file", help="dev questions: evaluated every --eval-steps; the best EM checkpoint is kept"
+    )
     train.add_argument("--train-split", default="train", help="split of --dataset to train on (default: train)")
     train.add_argument("--dev-split", default=None, help="split of --dataset to evaluate on (e.g. validation)")
     train.add_argument("--output-dir", required=True, help="checkpoints, the tokenized corpus and the final model")
@@ -166,7 +168,9 @@ def add_parser(subparsers) -> None:
     length = train.add_mutually_exclusive_group()
     length.add_argument("--max-steps", type=positive_int, help="optimizer steps")
     length.add_argument("--num-epochs", type=float, default=1.0, help="epochs over the training set (default: 1)")
-    train.add_argument("--batch-size", type=positive_int, default=8, help="questions per step per process (default: 8)")
+    train.add_argument(
+        "--batch-size", type=positive_int, default=8, help="questions per step per process (default: 8)"
+    )
     train.add_argument("--eval-batch-size", type=positive_int, default=16, help="questions per evaluation batch")
     train.add_argument("--learning-rate", type=float, default=1e-5, help="peak learning rate (ORQA: 1e-5)")
     train.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default: ORQA's min(10000, max(100, "
@@ -183,8 +187,11 @@ def add_parser(subparsers) -> None:
     train.add_argument("--max-block-length", type=positive_int, default=288, help="wordpieces kept per block")
     train.add_argument("--save-total-limit", type=positive_int, default=2, help="checkpoints kept (default: 2)")
     train.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
-    train.add_argument("--freeze-word-embeddings", action="store_true",
-                       help="keep both encoders' word embeddings fixed (small training sets; not ORQA's recipe)")
+    train.add_argument(
+        "--freeze-word-embeddings",
+        action="store_true",
+        help="keep both encoders' word embeddings fixed (small training sets; not ORQA's recipe)",
+    )
     train.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is available")
     add_precision_argument(train)
     train.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")

@@ -25,7 +25,9 @@ def realm_config_from_bert(bert_name_or_path: str | os.PathLike, **overrides) ->
         raise ValueError(
             f"expected a BERT-family checkpoint (model_type 'bert'), got model_type {bert_config.model_type!r}."
         )
-    fields = {name: getattr(bert_config, name) for name in _SHARED_FIELDS if getattr(bert_config, name, None) is not None}
+    fields = {
+        name: getattr(bert_config, name) for name in _SHARED_FIELDS if getattr(bert_config, name, None) is not None
+    }
     fields.update(overrides)
     return RealmConfig(**fields)
 

@@ -98,7 +98,13 @@ class RealmConfig(PreTrainedConfig):
                 f"{self.position_embedding_type!r}. Relative position embeddings were removed from BERT in "
                 "Transformers 5 and no REALM checkpoint uses them."
             )
-        for name in ("reader_beam_size", "searcher_beam_size", "max_span_width", "num_candidates", "num_block_records"):
+        for name in (
+            "reader_beam_size",
+            "searcher_beam_size",
+            "max_span_width",
+            "num_candidates",
+            "num_block_records",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}.")
 

@@ -36,7 +36,6 @@ logger = logging.get_logger(__name__)
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 
 
-
 # ---------------------------------------------------------------------------------------------------------------------
 # building blocks
 
@@ -700,7 +699,9 @@ class RealmKnowledgeAugEncoder(RealmPreTrainedModel):
                     f"expected {batch_size} x {num_candidates} candidate rows for labels of shape "
                     f"{tuple(labels.shape)}, got {prediction_scores.shape[0]}."
                 )
-            mlm_mask = torch.ones_like(labels, dtype=torch.float32) if mlm_mask is None else mlm_mask.type(torch.float32)
+            mlm_mask = (
+                torch.ones_like(labels, dtype=torch.float32) if mlm_mask is None else mlm_mask.type(torch.float32)
+            )
             # -log p(y_t | x, c) for every candidate c: (B, C, L)
             token_log_probs = -nn.functional.cross_entropy(
                 prediction_scores.view(-1, self.config.vocab_size),
@@ -1054,13 +1055,19 @@ class RealmForOpenQA(RealmPreTrainedModel):
         """Checks caller-chosen block ids `(B, K)` and looks up their embeddings (for the retrieval logits)."""
         block_ids = torch.as_tensor(block_ids, dtype=torch.long).cpu()
         num_blocks = self.num_searchable_blocks
-        if block_ids.dim() != 2 or block_ids.shape[0] != batch_size or block_ids.shape[1] < self.config.reader_beam_size:
+        if (
+            block_ids.dim() != 2
+            or block_ids.shape[0] != batch_size
+            or block_ids.shape[1] < self.config.reader_beam_size
+        ):
             raise ValueError(
                 f"retrieved_block_ids must have shape (batch_size={batch_size}, K >= reader_beam_size="
                 f"{self.config.reader_beam_size}), got {tuple(block_ids.shape)}."
             )
         if block_ids.min() < 0 or block_ids.max() >= num_blocks:
-            raise ValueError(f"retrieved_block_ids must lie in [0, {num_blocks}), got {block_ids.min()}..{block_ids.max()}.")
+            raise ValueError(
+                f"retrieved_block_ids must lie in [0, {num_blocks}), got {block_ids.min()}..{block_ids.max()}."
+            )
         if self.searcher is not None:
             return block_ids, torch.as_tensor(self.searcher.embeddings(block_ids)).float()
         return block_ids, self.block_emb[block_ids.to(self.block_emb.device)]
@@ -1160,8 +1167,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
         )  # labels (B, K), (B, R, A), (B, R, A); reader inputs (B, R, L)
         pad_values = {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1}
         reader_inputs = {
-            key: _fit_length(torch.as_tensor(reader_inputs[key]), max(min_seq_len, reader_inputs[key].shape[-1]), pad)
-            .to(reader_device)
+            key: _fit_length(
+                torch.as_tensor(reader_inputs[key]), max(min_seq_len, reader_inputs[key].shape[-1]), pad
+            ).to(reader_device)
             for key, pad in pad_values.items()
         }
         labels = None

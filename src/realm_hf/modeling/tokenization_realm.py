@@ -112,7 +112,9 @@ class RealmTokenizer(BertTokenizer):
         file_names = super()._save_pretrained(
             save_directory, file_names, legacy_format=legacy_format, filename_prefix=filename_prefix
         )
-        vocab_path = os.path.join(str(save_directory), (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
+        vocab_path = os.path.join(
+            str(save_directory), (filename_prefix + "-" if filename_prefix else "") + "vocab.txt"
+        )
         with open(vocab_path, "w", encoding="utf-8") as writer:
             for token, _ in sorted(self.get_vocab().items(), key=lambda item: item[1]):
                 writer.write(token + "\n")

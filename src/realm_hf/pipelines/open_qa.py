@@ -31,6 +31,7 @@ from .questions import check_question, encode_question
 
 logger = logging.get_logger(__name__)
 
+
 class OpenQAPipeline(Pipeline):
     r"""
     Open-domain question answering with a [`RealmForOpenQA`] model: retrieve blocks from its corpus, read them, and
@@ -164,8 +165,10 @@ class OpenQAPipeline(Pipeline):
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         if abstention_threshold is not None:
-            if isinstance(abstention_threshold, bool) or not isinstance(abstention_threshold, (int, float)) or not (
-                0.0 <= abstention_threshold <= 1.0
+            if (
+                isinstance(abstention_threshold, bool)
+                or not isinstance(abstention_threshold, (int, float))
+                or not (0.0 <= abstention_threshold <= 1.0)
             ):
                 raise ValueError(f"abstention_threshold must be a number in [0, 1], got {abstention_threshold!r}.")
             postprocess_params["abstention_threshold"] = float(abstention_threshold)
@@ -220,7 +223,9 @@ class OpenQAPipeline(Pipeline):
         # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
         return {
             "scores": probabilities.gather(1, best),  # (B, k)
-            "features": _confidence_features(logits, probabilities, best, block_index, spans.retrieved_logits[:, :num_read]),
+            "features": _confidence_features(
+                logits, probabilities, best, block_index, spans.retrieved_logits[:, :num_read]
+            ),
             "valid": spans.span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
             "start_token": spans.candidate_starts[candidate],  # (B, k), in the reader input
@@ -348,7 +353,9 @@ def _as_calibration(calibration) -> Calibration:
         return Calibration.from_dict(calibration)
     if isinstance(calibration, (str, os.PathLike)):
         return Calibration.load(calibration)
-    raise TypeError(f"calibration must be a Calibration, a dict or a path to calibration.json, got {type(calibration).__name__}.")
+    raise TypeError(
+        f"calibration must be a Calibration, a dict or a path to calibration.json, got {type(calibration).__name__}."
+    )
 
 
 def _confidence_features(logits, probabilities, best, block_index, retrieval_logits) -> torch.Tensor:
@@ -360,7 +367,9 @@ def _confidence_features(logits, probabilities, best, block_index, retrieval_log
     runner_up = top_two[:, 1:2] if top_two.shape[1] > 1 else torch.full_like(top_two[:, :1], float("-inf"))
     other = torch.where(torch.arange(best.shape[1], device=best.device) == 0, runner_up, top_two[:, :1])
     margin = (span_logit - other).clamp(max=MAX_MARGIN)
-    block_log_probability = retrieval_logits.float().log_softmax(dim=-1).gather(1, block_index.to(retrieval_logits.device))
+    block_log_probability = (
+        retrieval_logits.float().log_softmax(dim=-1).gather(1, block_index.to(retrieval_logits.device))
+    )
     features = torch.stack([
         probabilities.gather(1, best).clamp(min=1e-30).log(),
         span_logit,

@@ -12,7 +12,9 @@ def question_problem(question) -> str | None:
     if not isinstance(question, str):
         return f"expected a question as str, received {type(question).__name__}: {question!r:.80}"
     if not question.strip():
-        return f"expected a question, received {'an empty string' if not question else f'only whitespace {question!r}'}"
+        return (
+            f"expected a question, received {'an empty string' if not question else f'only whitespace {question!r}'}"
+        )
     try:
         question.encode("utf-8")
     except UnicodeEncodeError as error:

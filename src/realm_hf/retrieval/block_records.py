@@ -294,7 +294,11 @@ def save_block_records(records: Iterable[bytes | str] | np.ndarray, path: str | 
     if not hasattr(records, "__len__"):
         records = list(records)
     num_records = len(records)
-    metadata = {"format": BLOCK_RECORDS_FORMAT, "version": BLOCK_RECORDS_FORMAT_VERSION, "num_records": str(num_records)}
+    metadata = {
+        "format": BLOCK_RECORDS_FORMAT,
+        "version": BLOCK_RECORDS_FORMAT_VERSION,
+        "num_records": str(num_records),
+    }
     with RaggedWriter(path, count=num_records, metadata=metadata, data_name="data", data_dtype="U8",
                       description="block records (len(records))") as writer:  # fmt: skip
         iterator = iter(records)
@@ -390,8 +394,13 @@ class BlockRecords(Sequence):
         file_size = path.stat().st_size
         with open(path, "rb") as fp:
             data_start, header = read_ragged_layout(
-                fp, file_size, path.name, file_format=BLOCK_RECORDS_FORMAT, version=BLOCK_RECORDS_FORMAT_VERSION,
-                description="block records", tensors=(("data", "U8", 1), ("offsets", "I64", 8)),
+                fp,
+                file_size,
+                path.name,
+                file_format=BLOCK_RECORDS_FORMAT,
+                version=BLOCK_RECORDS_FORMAT_VERSION,
+                description="block records",
+                tensors=(("data", "U8", 1), ("offsets", "I64", 8)),
                 count_key="num_records",
             )
         offsets_begin, _ = header["offsets"]["data_offsets"]

@@ -35,6 +35,7 @@ from .interfaces import Searcher, SearchResult, as_query_matrix
 
 logger = logging.get_logger(__name__)
 
+
 def process_state():
     """accelerate's `PartialState` for this process, with a gloo process group on machines without a GPU.
 

@@ -105,7 +105,9 @@ class ArrowStoreWriter:
             self._open(schema)
         expected = set(self._schema.names) - {"id"}
         if set(columns) != expected:
-            raise FileFormatError(f"{self._source_name}: expected columns {sorted(expected)}, received {sorted(columns)}")
+            raise FileFormatError(
+                f"{self._source_name}: expected columns {sorted(expected)}, received {sorted(columns)}"
+            )
         ids = np.arange(self._first_id + self.num_rows, self._first_id + self.num_rows + num_rows, dtype=np.int64)
         arrays = [pa.array(ids)]
         for field in self._schema:
@@ -159,7 +161,9 @@ def record_batches(
 
     for index, record in enumerate(records):
         if not isinstance(record, Mapping):
-            raise FileFormatError(f"{source_name}: expected record {index} to be a dict, received {type(record).__name__}")
+            raise FileFormatError(
+                f"{source_name}: expected record {index} to be a dict, received {type(record).__name__}"
+            )
         if other_columns is None:
             other_columns = [key for key in record if key not in (text_column, title_column, id_column)]
             check_column_names(other_columns, id_column, source_name)
@@ -270,7 +274,8 @@ def _check_utf8(column: pa.Array, name: str, position: int, source_name: str) ->
     except pa.ArrowInvalid:
         bad = next(row for row, value in enumerate(column) if not _is_utf8(value))
         raise FileFormatError(
-            f"{source_name}: row {position + bad} of column {name!r} is not UTF-8 text", location=f"row {position + bad}"
+            f"{source_name}: row {position + bad} of column {name!r} is not UTF-8 text",
+            location=f"row {position + bad}",
         ) from None
 
 

@@ -403,7 +403,9 @@ class DocumentStore:
         if first is None:
             return
         if text_column not in first:
-            raise FileFormatError(f"{source_name}: expected a text column {text_column!r}, found columns {list(first)}")
+            raise FileFormatError(
+                f"{source_name}: expected a text column {text_column!r}, found columns {list(first)}"
+            )
         if id_column is not None and id_column not in first:
             raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {list(first)}")
         if title_column is not None and title_column not in first:

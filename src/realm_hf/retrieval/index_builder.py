@@ -56,9 +56,7 @@ def as_documents(documents):
         return documents
     if isinstance(documents, Sequence) and all(isinstance(text, str) for text in documents[:10]):
         return _Documents(documents)
-    raise TypeError(
-        f"documents must be a DocumentStore or a sequence of str, got {type(documents).__name__}."
-    )
+    raise TypeError(f"documents must be a DocumentStore or a sequence of str, got {type(documents).__name__}.")
 
 
 def _shard_is_complete(path: Path, count: int, dim: int) -> bool:
@@ -75,7 +73,9 @@ def _check_settings(directory: Path, settings: dict) -> None:
     path = directory / BUILD_SETTINGS_NAME
     if path.is_file():
         previous = json.loads(path.read_text(encoding="utf-8"))
-        differences = {key: (previous.get(key), value) for key, value in settings.items() if previous.get(key) != value}
+        differences = {
+            key: (previous.get(key), value) for key, value in settings.items() if previous.get(key) != value
+        }
         if differences:
             described = "; ".join(f"{key}: was {old!r}, now {new!r}" for key, (old, new) in differences.items())
             raise ValueError(
@@ -278,7 +278,9 @@ def add_to_index(
     if state.is_main_process:
         _clean_temporary_files(directory)
     state.wait_for_everyone()
-    _embed_shards(embedder, tokenizer, _Shifted(), directory, plan, state, batch_size, manifest["max_length"], progress)
+    _embed_shards(
+        embedder, tokenizer, _Shifted(), directory, plan, state, batch_size, manifest["max_length"], progress
+    )
     state.wait_for_everyone()
     if state.is_main_process:
         manifest["shards"] = manifest["shards"] + plan
@@ -330,8 +332,14 @@ def add_documents(embedder, tokenizer, index_dir: str | Path, documents, *, batc
     return new_ids
 
 
-def write_index(embeddings, output_dir: str | Path, *, shard_size: int = 262144, provenance: dict | None = None,
-                dtype: str = "float32") -> dict:
+def write_index(
+    embeddings,
+    output_dir: str | Path,
+    *,
+    shard_size: int = 262144,
+    provenance: dict | None = None,
+    dtype: str = "float32",
+) -> dict:
     """Writes existing block embeddings `(num_blocks, dim)` (a tensor, possibly memory-mapped, or an array) as an
     index directory, one shard-sized slice at a time so that no second full copy is made; `dtype="float16"` halves
     the files (e.g. an index shipped with a model)."""

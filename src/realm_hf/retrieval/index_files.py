@@ -82,8 +82,11 @@ def read_manifest(directory: Path) -> dict:
                               f"{type(shards).__name__}, num_blocks {num_blocks!r}, dim {dim!r}.", path=path)  # fmt: skip
     expected_start = 0
     for shard in shards:
-        if not isinstance(shard, dict) or not isinstance(shard.get("file"), str) or "/" in shard["file"] or not all(
-            _is_count(shard.get(key)) for key in ("start", "count")
+        if (
+            not isinstance(shard, dict)
+            or not isinstance(shard.get("file"), str)
+            or "/" in shard["file"]
+            or not all(_is_count(shard.get(key)) for key in ("start", "count"))
         ):
             raise FileFormatError(f"{path}: expected each shard as {{file, start, count}}, got {shard!r:.200}.",
                                   path=path)  # fmt: skip

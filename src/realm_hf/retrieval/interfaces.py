@@ -108,7 +108,9 @@ def as_query_matrix(query_embeddings: torch.Tensor | np.ndarray, dim: int) -> to
     if isinstance(query_embeddings, np.ndarray):
         query_embeddings = torch.from_numpy(query_embeddings)
     if not isinstance(query_embeddings, torch.Tensor):
-        raise TypeError(f"query embeddings must be a torch.Tensor or np.ndarray, got {type(query_embeddings).__name__}.")
+        raise TypeError(
+            f"query embeddings must be a torch.Tensor or np.ndarray, got {type(query_embeddings).__name__}."
+        )
     if query_embeddings.dim() == 1:
         query_embeddings = query_embeddings.unsqueeze(0)
     if query_embeddings.dim() != 2 or query_embeddings.shape[1] != dim:

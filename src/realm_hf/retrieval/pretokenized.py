@@ -38,7 +38,13 @@ from .retriever import checked_block_ids
 
 logger = logging.get_logger(__name__)
 
-__all__ = ["PRETOKENIZED_FORMAT", "PreTokenizedBlocks", "PreTokenizedRetriever", "TokenizedBlockCache", "tokenize_corpus"]
+__all__ = [
+    "PRETOKENIZED_FORMAT",
+    "PreTokenizedBlocks",
+    "PreTokenizedRetriever",
+    "TokenizedBlockCache",
+    "tokenize_corpus",
+]
 
 PRETOKENIZED_FORMAT = "realm_hf.pretokenized_blocks"
 PRETOKENIZED_FORMAT_VERSION = "1"
@@ -255,7 +261,9 @@ class TokenizedBlockCache:
                 missing, texts, encoded["input_ids"], encoded["offset_mapping"], strict=True
             ):
                 self._cache[block_id] = (
-                    text, np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+                    text,
+                    np.asarray(ids, dtype=np.int64),
+                    np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
                 )
         entries = []
         for block_id in block_ids:
@@ -297,7 +305,9 @@ def _text(record) -> str:
 # the retriever
 
 
-def _longest_first_lengths(question_length: np.ndarray, block_lengths: np.ndarray, budget: int) -> tuple[np.ndarray, ...]:
+def _longest_first_lengths(
+    question_length: np.ndarray, block_lengths: np.ndarray, budget: int
+) -> tuple[np.ndarray, ...]:
     """The lengths the Rust tokenizer's `longest_first` pair truncation keeps, vectorised over rows.
 
     `budget` is `max_length` less the three special tokens. As in `tokenizers`' `truncate_encodings`: if the pair

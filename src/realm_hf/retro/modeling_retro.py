@@ -590,9 +590,7 @@ class RetroModel(RetroPreTrainedModel):
                                   first_positions=past_length - padding, position_ids=position_ids,
                                   **kwargs)  # fmt: skip
         hidden_states = self.ln_f(hidden_states)
-        return RetroModelOutput(
-            last_hidden_state=hidden_states, cache=past_key_values if use_cache else None
-        )
+        return RetroModelOutput(last_hidden_state=hidden_states, cache=past_key_values if use_cache else None)
 
 
 class RetroForCausalLM(RetroPreTrainedModel):

@@ -65,7 +65,9 @@ class OpenQACollator:
     """
 
     tokenizer: Any = field(metadata={"help": "The model's tokenizer."})
-    max_question_length: int = field(default=64, metadata={"help": "Wordpieces per question, special tokens included."})
+    max_question_length: int = field(
+        default=64, metadata={"help": "Wordpieces per question, special tokens included."}
+    )
     with_answers: bool = field(default=True, metadata={"help": "Also return `answer_ids` (needed for the loss)."})
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
@@ -300,7 +302,9 @@ class OpenQATrainer(Trainer):
         rows = [dataset[index] for index in mine]
         missing = [row.get("question") for row in rows if row.get("answers") is None and row.get("answer") is None]
         if missing:
-            raise ValueError(f"evaluation rows need 'answers' (or 'answer'); {len(missing)} have none, e.g. {missing[0]!r}.")
+            raise ValueError(
+                f"evaluation rows need 'answers' (or 'answer'); {len(missing)} have none, e.g. {missing[0]!r}."
+            )
         results = gather_object(self.answer(rows)) if state.num_processes > 1 else self.answer(rows)
         if not results:
             raise ValueError("the evaluation dataset is empty.")

@@ -293,7 +293,9 @@ class RealmICTModel(RealmPreTrainedModel):
         """Both encoders start from one BERT-family checkpoint (e.g. MiniLM); the projections start random."""
         from ..conversion.bert import realm_model_from_bert
 
-        query_embedder = realm_model_from_bert(RealmEmbedder, bert_name_or_path, retriever_proj_size=retriever_proj_size)
+        query_embedder = realm_model_from_bert(
+            RealmEmbedder, bert_name_or_path, retriever_proj_size=retriever_proj_size
+        )
         block_embedder = None
         if not share_encoders:
             # Both towers start identical, as ORQA's shared encoder, and diverge in training.

@@ -292,7 +292,9 @@ def refresh_loop(work_dir: str, documents_dir: str, batch_size: int = 64, max_le
             if snapshot.exists():
                 raise
             continue
-        _build(embedder, tokenizer, documents, indexes, step, batch_size, max_length, "async", work / "refresh_log.jsonl")
+        _build(
+            embedder, tokenizer, documents, indexes, step, batch_size, max_length, "async", work / "refresh_log.jsonl"
+        )
         for done in steps:
             shutil.rmtree(snapshots / _STEP_FORMAT.format(done), ignore_errors=True)
         _prune(indexes, keep)

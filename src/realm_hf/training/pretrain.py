@@ -359,20 +359,28 @@ class RealmForPretraining(RealmPreTrainedModel):
             return None if tensor is None else tensor.reshape(batch_size * num_candidates, -1)
 
         query = self.embed(input_ids, attention_mask, token_type_ids)  # (B, D)
-        candidates = self.embed(flat(candidate_input_ids), flat(candidate_attention_mask),
-                                flat(candidate_token_type_ids)).view(batch_size, num_candidates, -1)  # (B, C, D)
+        candidates = self.embed(
+            flat(candidate_input_ids), flat(candidate_attention_mask), flat(candidate_token_type_ids)
+        ).view(batch_size, num_candidates, -1)  # (B, C, D)
         relevance_score = fp32_einsum("bd,bcd->bc", query, candidates)  # (B, C), fp32 under autocast too
 
         positions, targets, mask = _masked_positions(labels)  # (B, M)
-        hidden = self.encoder.realm(flat(joint_input_ids), attention_mask=flat(joint_attention_mask),
-                                    token_type_ids=flat(joint_token_type_ids), return_dict=True).last_hidden_state
+        hidden = self.encoder.realm(
+            flat(joint_input_ids),
+            attention_mask=flat(joint_attention_mask),
+            token_type_ids=flat(joint_token_type_ids),
+            return_dict=True,
+        ).last_hidden_state
         hidden = hidden.view(batch_size, num_candidates, *hidden.shape[1:])  # (B, C, Lj, H)
         width = positions.shape[1]
         index = positions[:, None, :, None].expand(batch_size, num_candidates, width, hidden.shape[-1])
         logits = self.encoder.cls(hidden.gather(2, index))  # (B, C, M, V): the MLM head on masked positions only
-        token_log_probs = logits.float().log_softmax(-1).gather(
-            -1, targets[:, None, :, None].expand(batch_size, num_candidates, width, 1)
-        ).squeeze(-1)  # (B, C, M)
+        token_log_probs = (
+            logits.float()
+            .log_softmax(-1)
+            .gather(-1, targets[:, None, :, None].expand(batch_size, num_candidates, width, 1))
+            .squeeze(-1)
+        )  # (B, C, M)
         losses = realm_pretraining_loss(relevance_score, token_log_probs, mask, num_items_in_batch=num_items_in_batch)
         output = RealmPretrainingOutput(
             loss=losses["loss"],
