@@ -41,7 +41,7 @@ from transformers.utils import logging
 
 from ..atomic import atomic_path
 from ..evaluation.metrics import normalize_answer
-from .corpora import WIKIPEDIA_VITAL_PACKAGE, _country_name, _factbook_files, _package_directory
+from .corpora import WIKIPEDIA_VITAL_PACKAGE, _package_directory
 from .questions import (
     FACTBOOK_RELATIONS,
     SPLITS,
@@ -50,9 +50,9 @@ from .questions import (
     _first_item,
     _is_short,
     _normalize,
-    _question_name,
     _unique,
     build_elements_questions,
+    factbook_countries,
 )
 
 logger = logging.get_logger(__name__)
@@ -606,13 +606,7 @@ def factbook_field_questions(max_answer_tokens: int = 10, tokenizer=None) -> lis
     for passage in build_factbook():
         chunks.setdefault(passage["source"].split("#")[0], []).append((passage, _tokens(passage["text"])))
     rows = []
-    for path in _factbook_files():
-        code = path.stem
-        if code == "xx":
-            continue
-        with open(path, encoding="utf-8") as file:
-            country = json.load(file)
-        name = _question_name(_country_name(country, code))
+    for code, country, name in factbook_countries():
         for relation, (section, field, subfield, extract, templates) in relations.items():
             text = _field_text(country, section, field, subfield)
             if not text and subfield is not None:

@@ -312,6 +312,18 @@ def _unique(answers: Iterable[str]) -> list[str]:
 # factbook questions
 
 
+def factbook_countries():
+    """Yields `(code, country record, name as asked)` for every country file of the factbook package (the world file
+    "xx" left out), in file order."""
+    for path in _factbook_files():
+        code = path.stem
+        if code == "xx":
+            continue
+        with open(path, encoding="utf-8") as file:
+            country = json.load(file)
+        yield code, country, _question_name(_country_name(country, code))
+
+
 def build_factbook_questions(tokenizer=None, max_answer_tokens: int = 10) -> list[dict[str, Any]]:
     """Template questions over ten factbook fields, each answered by a short span of its gold passage.
 
@@ -345,13 +357,7 @@ def build_factbook_questions(tokenizer=None, max_answer_tokens: int = 10) -> lis
     for passage in build_factbook():
         passages.setdefault(passage["source"].split("#")[0], []).append(passage)
     rows = []
-    for path in _factbook_files():
-        code = path.stem
-        if code == "xx":
-            continue
-        with open(path, encoding="utf-8") as file:
-            country = json.load(file)
-        name = _question_name(_country_name(country, code))
+    for code, country, name in factbook_countries():
         for relation, (section, field, subfield, template, extract) in FACTBOOK_RELATIONS.items():
             text = _field_text(country, section, field, subfield)
             candidates = [answer for answer in _unique(extract(text, country)) if fits(answer)] if text else []
