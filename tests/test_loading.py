@@ -200,3 +200,20 @@ def test_evaluate_takes_an_index(demo_dir, index_layout, tmp_path):
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout)
     assert metrics["num_questions"] == 1 and "recall@5" in json.dumps(metrics)
+
+
+def test_an_index_smaller_than_the_beam_is_read_whole(demo_dir, tmp_path, monkeypatch):
+    """Three documents and a model that reads 5 blocks: the beams are capped (with a warning), not an error."""
+    corpus = tmp_path / "three.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in load_demo_corpus()[:3]), encoding="utf-8")
+    monkeypatch.setenv("REALM_HF_DEFAULT_MODEL", str(demo_dir))
+    from realm_hf.cli.main import main
+
+    assert main(["index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "small"), "--quiet"]) == 0
+    model, retriever = load_open_qa(index=tmp_path / "small")
+    assert model.config.reader_beam_size == 3 and model.config.searcher_beam_size == 3
+    answer = pipeline("open-qa", model=model, retriever=retriever, device="cpu")(QUESTIONS[0])
+    assert 0 <= answer["block_id"] < 3 and answer["evidence"][answer["start"] : answer["end"]] == answer["answer"]
+    # The pipeline built from a directory caps them too.
+    qa = pipeline("open-qa", model=str(demo_dir), index=str(tmp_path / "small"), device="cpu")
+    assert qa.model.config.reader_beam_size == 3 and 0 <= qa(QUESTIONS[0])["block_id"] < 3

@@ -202,6 +202,17 @@ def check_searcher_fits(model: RealmForOpenQA, searcher, source: str = "the inde
         )
 
 
+def fit_beam_sizes(model: RealmForOpenQA) -> None:
+    """Caps `config.reader_beam_size` / `searcher_beam_size` at the blocks the model can retrieve, with a warning: a
+    corpus of 3 documents can still be asked over with a model trained to read 5 blocks."""
+    num_blocks = model.num_searchable_blocks
+    for name in ("reader_beam_size", "searcher_beam_size"):
+        value = getattr(model.config, name)
+        if 0 < num_blocks < value:
+            logger.warning(f"{name} {value} is more than the {num_blocks} blocks of the index: using {num_blocks}.")
+            setattr(model.config, name, num_blocks)
+
+
 def load_open_qa(
     name_or_path: str | os.PathLike | None = None,
     index: str | os.PathLike | None = None,
@@ -249,6 +260,7 @@ def load_open_qa(
         model = model.float()  # fp16 matrix products are many times slower than fp32 on CPUs
     if searcher is not None:
         check_searcher_fits(model, searcher, str(index) if index is not None else "the index")
+    fit_beam_sizes(model)
     return model.eval(), retriever
 
 

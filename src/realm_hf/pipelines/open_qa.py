@@ -24,7 +24,7 @@ from transformers import Pipeline
 from transformers.utils import logging
 
 from ..evaluation.calibration import CALIBRATION_FILE, MAX_MARGIN, Calibration
-from ..loading import check_searcher_fits, find_retrieval, save_open_qa
+from ..loading import check_searcher_fits, find_retrieval, fit_beam_sizes, save_open_qa
 from ..modeling import RealmForOpenQA
 from ..retrieval.interfaces import BlockOffsets, Retriever, TitledRecords
 from .questions import check_question, encode_question
@@ -103,6 +103,7 @@ class OpenQAPipeline(Pipeline):
         if searcher is not None:
             check_searcher_fits(self.model, searcher, str(index) if index is not None else "the searcher")
             self.model.searcher = searcher
+        fit_beam_sizes(self.model)
         self.model.retriever = retriever
         if self.tokenizer is None:
             self.tokenizer = retriever.tokenizer
