@@ -49,7 +49,13 @@ def _assert_same(received: list, expected: list) -> None:
         assert len(got_answers) == len(want_answers)
         for got, want in zip(got_answers, want_answers, strict=True):
             assert got["score"] == pytest.approx(want["score"], rel=1e-4, abs=1e-6)
-            assert {k: v for k, v in got.items() if k != "score"} == {k: v for k, v in want.items() if k != "score"}
+            assert (got["confidence"] is None) == (want["confidence"] is None)
+            if want["confidence"] is not None:
+                assert got["confidence"] == pytest.approx(want["confidence"], rel=1e-4, abs=1e-6)
+            rounded = ("score", "confidence")
+            assert {k: v for k, v in got.items() if k not in rounded} == {
+                k: v for k, v in want.items() if k not in rounded
+            }
 
 
 def _round_trip(open_qa, directory) -> list:

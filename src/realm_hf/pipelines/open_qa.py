@@ -335,12 +335,15 @@ class OpenQAPipeline(Pipeline):
         """Writes the model, the tokenizer, the documents (`documents/` from a `DocumentStore`, else
         `block_records.safetensors`) and, when the model searches an index, the index (`index/`) to `save_directory`,
         which `pipeline("open-qa", model=save_directory)` loads again and answers with identically
-        (`realm_hf.loading.save_open_qa`).
+        (`realm_hf.loading.save_open_qa`), with the model's calibration (`calibration.json`) when it has one.
 
         Unlike `Pipeline.save_pretrained`, it writes no `custom_pipelines` entry and no pipeline code: the task comes
         from `import realm_hf`. `kwargs` go to the model's `save_pretrained` (`max_shard_size`, ...).
         """
         save_open_qa(self.model, self.retriever, save_directory, tokenizer=self.tokenizer, **kwargs)
+        calibration = self._calibration()
+        if calibration is not None:  # the confidence and the abstention threshold travel with the model
+            calibration.save(save_directory)
 
 
 def _check_question(question, name: str) -> None:
