@@ -65,17 +65,12 @@ def best_time(run, batches, repeats: int) -> float:
     return min(times)
 
 
-def measure_current(model_dir: str, questions: list[str], batch_size: int, repeats: int) -> dict:
-    import torch
-    from transformers import pipeline
-
-    import realm_hf  # noqa: F401  (registers the task)
-
-    torch.set_grad_enabled(False)
-    batches = [questions[i : i + batch_size] for i in range(0, len(questions), batch_size)]
-    open_qa = pipeline("open-qa", model=model_dir, device="cpu")
+def time_bare_and_pipeline(open_qa, questions: list[str], batch_size: int, repeats: int) -> dict:
+    """Best-of-`repeats` seconds for the bare model forward (`score_spans` on the tokenized questions) and for the
+    pipeline, over the same batches of questions."""
     model, tokenizer = open_qa.model, open_qa.tokenizer
     max_length = model.config.searcher_seq_len
+    batches = [questions[i : i + batch_size] for i in range(0, len(questions), batch_size)]
 
     def bare(batch):
         inputs = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
@@ -90,6 +85,17 @@ def measure_current(model_dir: str, questions: list[str], batch_size: int, repea
         "dtype": str(model.dtype),
         "retriever": type(open_qa.retriever).__name__,
     }
+
+
+def measure_current(model_dir: str, questions: list[str], batch_size: int, repeats: int) -> dict:
+    import torch
+    from transformers import pipeline
+
+    import realm_hf  # noqa: F401  (registers the task)
+
+    torch.set_grad_enabled(False)
+    open_qa = pipeline("open-qa", model=model_dir, device="cpu")
+    return time_bare_and_pipeline(open_qa, questions, batch_size, repeats)
 
 
 def measure_baseline(model_dir: str, questions: list[str], batch_size: int, repeats: int) -> dict:
@@ -101,25 +107,9 @@ def measure_baseline(model_dir: str, questions: list[str], batch_size: int, repe
     from realm_hf.default_model import load_open_qa
 
     torch.set_grad_enabled(False)
-    batches = [questions[i : i + batch_size] for i in range(0, len(questions), batch_size)]
     model, retriever = load_open_qa(model_dir)
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
-    tokenizer, max_length = retriever.tokenizer, model.config.searcher_seq_len
-
-    def bare(batch):
-        inputs = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        model.score_spans(**{key: inputs[key] for key in ("input_ids", "attention_mask", "token_type_ids")})
-
-    def pipe(batch):
-        open_qa(batch, batch_size=batch_size)
-
-    return {
-        "bare": best_time(bare, batches, repeats),
-        "pipeline": best_time(pipe, batches, repeats),
-        "dtype": str(model.dtype),
-        "retriever": type(open_qa.retriever).__name__,
-        "realm_hf": realm_hf.__file__,
-    }
+    return {**time_bare_and_pipeline(open_qa, questions, batch_size, repeats), "realm_hf": realm_hf.__file__}
 
 
 def run_baseline(rev: str, args, questions: list[str]) -> dict:
