@@ -137,7 +137,11 @@ def main() -> int:
     parser.add_argument("--num-questions", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--baseline-rev", default="main", help="git revision of today's pipeline (default: main)")
+    parser.add_argument(
+        "--baseline-rev",
+        default="2d16fad",
+        help="git revision of the pipeline before issue 15 (default: 2d16fad; main now holds the new one)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--_baseline-worker", dest="baseline_worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
