@@ -139,24 +139,17 @@ def clustered_block_emb(num_block_records: int, dim: int, seed: int):
     """`benchmarks/search.py`'s synthetic embeddings, as a torch tensor: Gaussian clusters with log-normal sizes,
     through a LayerNorm with a fixed gamma and beta (REALM's projected_score is a LayerNorm output; i.i.d. noise
     would make every approximate index look bad)."""
-    import numpy as np
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from search import DIM, layer_norm, synthetic_parameters
+    from search import DIM, clustered_chunks, synthetic_parameters
 
     if dim != DIM:
         raise ValueError(f"search.py's generator makes {DIM}-d embeddings, the checkpoint needs {dim}")
     parameters = synthetic_parameters(num_block_records, seed)
     block_emb = torch.empty(num_block_records, dim, dtype=torch.float32)
-    for chunk_index, start in enumerate(range(0, num_block_records, CHUNK_ROWS)):
-        stop = min(start + CHUNK_ROWS, num_block_records)
-        rng = np.random.default_rng([seed, 1, chunk_index])
-        cluster = rng.choice(len(parameters["centers"]), size=stop - start, p=parameters["probabilities"])
-        points = rng.standard_normal((stop - start, dim), dtype=np.float32)
-        points *= parameters["radii"][cluster, None]
-        points += parameters["centers"][cluster]
-        block_emb[start:stop] = torch.from_numpy(layer_norm(points, parameters["gamma"], parameters["beta"]))
+    for start, points in clustered_chunks(parameters, num_block_records, seed):
+        block_emb[start : start + len(points)] = torch.from_numpy(points)
     return block_emb
 
 

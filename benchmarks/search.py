@@ -81,6 +81,19 @@ def synthetic_parameters(num_blocks: int, seed: int) -> dict:
     }
 
 
+def clustered_chunks(parameters: dict, num_blocks: int, seed: int):
+    """Yields `(start, points)`: the clustered, layer-normed embeddings of blocks `start..start + len(points)`, in
+    chunks of `GENERATE_ROWS` (each chunk from its own generator, so the data depends only on `seed`)."""
+    for chunk_index, start in enumerate(range(0, num_blocks, GENERATE_ROWS)):
+        stop = min(start + GENERATE_ROWS, num_blocks)
+        rng = np.random.default_rng([seed, 1, chunk_index])
+        cluster = rng.choice(len(parameters["centers"]), size=stop - start, p=parameters["probabilities"])
+        points = rng.standard_normal((stop - start, DIM), dtype=np.float32)
+        points *= parameters["radii"][cluster, None]
+        points += parameters["centers"][cluster]
+        yield start, layer_norm(points, parameters["gamma"], parameters["beta"])
+
+
 def layer_norm(points: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
     points = points - points.mean(axis=1, keepdims=True)
     points /= np.sqrt((points * points).mean(axis=1, keepdims=True) + 1e-12)
@@ -102,14 +115,8 @@ def synthetic_blocks(workdir: Path, num_blocks: int, seed: int) -> np.ndarray:
         f"{len(parameters['centers']):,} clusters) to {path}")  # fmt: skip
     started = time.perf_counter()
     output = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(num_blocks, DIM))
-    for chunk_index, start in enumerate(range(0, num_blocks, GENERATE_ROWS)):
-        stop = min(start + GENERATE_ROWS, num_blocks)
-        rng = np.random.default_rng([seed, 1, chunk_index])
-        cluster = rng.choice(len(parameters["centers"]), size=stop - start, p=parameters["probabilities"])
-        points = rng.standard_normal((stop - start, DIM), dtype=np.float32)
-        points *= parameters["radii"][cluster, None]
-        points += parameters["centers"][cluster]
-        output[start:stop] = layer_norm(points, parameters["gamma"], parameters["beta"])
+    for start, points in clustered_chunks(parameters, num_blocks, seed):
+        output[start : start + len(points)] = points
     output.flush()
     del output
     marker.write_text(json.dumps(expected))
