@@ -46,8 +46,8 @@ import torch
 
 logger = logging.getLogger("build_default_model")
 
-STAGES = ["corpus", "questions", "sources", "ict", "index", "pretrain", "finetune", "finetune_realm", "evaluate", "export",
-          "calibrate"]  # fmt: skip
+STAGES = ["corpus", "questions", "sources", "ict", "index", "pretrain", "finetune", "finetune_realm", "finetune_continued",
+          "evaluate", "export", "calibrate"]  # fmt: skip
 
 
 def minilm_path() -> str:
@@ -238,9 +238,10 @@ def model_config_overrides(args, num_blocks: int) -> dict:
             "span_hidden_size": 256, "searcher_seq_len": 64, "store_block_emb": False}  # fmt: skip
 
 
-def _finetune(args, name: str, embedder_dir: Path, reader_from: str, index: Path) -> None:
+def _finetune(args, name: str, embedder_dir: Path | None, reader_from: str | None, index: Path) -> None:
     """ORQA fine-tuning into work_dir/name/model: question encoder from `embedder_dir`, reader from `reader_from` (a
-    BERT checkpoint, or a pretrained RealmKnowledgeAugEncoder directory), searching `index`."""
+    BERT checkpoint, or a pretrained RealmKnowledgeAugEncoder directory), searching `index`; or, with both None, from
+    the open-QA model already in work_dir/name/init."""
     from realm_hf.cli.main import main as cli
     from realm_hf.conversion.bert import realm_model_from_bert
     from realm_hf.modeling import RealmConfig, RealmEmbedder, RealmForOpenQA, RealmReader, RealmTokenizer
@@ -249,7 +250,7 @@ def _finetune(args, name: str, embedder_dir: Path, reader_from: str, index: Path
     if (output / "train_results.json").is_file():
         return
     init = args.work_dir / name / "init"
-    if not (init / "model.safetensors").is_file():
+    if embedder_dir is not None and not (init / "model.safetensors").is_file():
         store = load_corpus(args)
         overrides = model_config_overrides(args, len(store))
         torch.manual_seed(args.seed)
@@ -267,11 +268,11 @@ def _finetune(args, name: str, embedder_dir: Path, reader_from: str, index: Path
     code = cli([
         "train", "--model", str(init), "--index", str(index), "--documents",
         str(args.work_dir / "corpus"), "--train-file", str(train_file), "--dev-file",
-        str(dev_file), "--output-dir", str(output), "--num-epochs", str(args.epochs), "--batch-size",
+        str(dev_file), "--output-dir", str(output), "--batch-size",
         str(args.batch_size), "--learning-rate", str(args.learning_rate), "--eval-steps", str(args.eval_steps),
         "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
         "--logging-steps", "10", "--freeze-word-embeddings", "--warmup-steps", str(args.warmup_steps),
-        *(["--max-steps", str(args.max_steps)] if args.max_steps else []),
+        *(["--max-steps", str(args.max_steps)] if args.max_steps else ["--num-epochs", str(args.epochs)]),
         "--precision", args.precision,
     ])  # fmt: skip
     if code != 0:
@@ -284,6 +285,26 @@ def stage_finetune(args) -> None:
               args.work_dir / "index")  # fmt: skip
 
 
+def stage_finetune_continued(args) -> None:
+    """ORQA on the mixed questions continued from an existing open-QA model (--continue-from: by default the model
+    shipped before issue 14, ICT + ORQA on the factbook templates, i.e. `--factbook-only --stages ict index finetune
+    export`). Its question encoder and reader go on learning; its block encoder stays frozen, so its index stays
+    valid and no index is rebuilt. The init is copied into the work directory first: export may overwrite the source."""
+    import shutil
+
+    init = args.work_dir / "finetune_continued" / "init"
+    if not (init / "model.safetensors").is_file():
+        source = Path(args.continue_from)
+        if not (source / "model.safetensors").is_file() or not (source / "index").is_dir():
+            raise SystemExit(f"--continue-from: expected an open-QA model directory with model.safetensors and index/, "
+                             f"got {str(source)!r}")  # fmt: skip
+        partial = init.with_name("init.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(source, partial)
+        partial.rename(init)
+    _finetune(args, "finetune_continued", None, None, init / "index")
+
+
 def stage_finetune_realm(args) -> None:
     """ORQA from the REALM-pretrained embedder, encoder (as the reader) and the index it left: the with-pretraining arm."""
     pretrain = args.work_dir / "pretrain"
@@ -294,7 +315,11 @@ def stage_finetune_realm(args) -> None:
 # 6. evaluation
 
 
-ARMS = {"finetune": "index", "finetune_realm": "pretrain/index"}  # fine-tuned model -> the index it searches
+ARMS = {
+    "finetune": "index",
+    "finetune_realm": "pretrain/index",
+    "finetune_continued": "finetune_continued/init/index",
+}  # fine-tuned model -> the index it searches
 
 
 def load_finetuned(args, directory: Path, arm: str = "finetune"):
@@ -435,7 +460,7 @@ def stage_evaluate(args) -> None:
                 logger.info("%s %s: %s", name, system, metrics)
             systems[arm]["seconds"] = time.time() - started
             _write_json(target.with_suffix(".partial.json"), results)
-    if len(arms) == 2:
+    if {"finetune", "finetune_realm"} <= set(arms):
         results["pretraining_ablation"] = {}
         for name in sets:
             with_pretraining, without = per_question["finetune_realm"][name], per_question["finetune"][name]
@@ -581,6 +606,12 @@ def main(argv=None) -> None:
     parser.add_argument("--eval-per-source", type=int, default=300, help="dev questions per source in evaluate")
     parser.add_argument(
         "--factbook-only", action="store_true", help="fine-tune on the factbook templates alone (the previous recipe)"
+    )
+    parser.add_argument(
+        "--continue-from",
+        type=Path,
+        default=Path("models/realm-minilm-factbook"),
+        help="the open-QA model finetune_continued starts from (copied into the work dir first)",
     )
     parser.add_argument("--pretrain-steps", type=int, default=300, help="about 2 hours on 2 CPU cores; more on a GPU")
     parser.add_argument("--pretrain-batch-size", type=int, default=8)
