@@ -486,7 +486,13 @@ def stage_export(args) -> None:
     from realm_hf.retrieval.index_builder import write_index
 
     output = args.output_dir
-    results = json.loads((args.work_dir / "results.json").read_text(encoding="utf-8"))
+    results_path = args.work_dir / "results.json"
+    if results_path.is_file():
+        results = json.loads(results_path.read_text(encoding="utf-8"))
+    elif args.ship != "auto":  # the arm is named: export needs no evaluate stage
+        results = {}
+    else:
+        raise SystemExit("export: run the evaluate stage first, or name the arm to ship with --ship")
     arm = args.ship if args.ship != "auto" else best_arm(results)
     logger.info("export: shipping %s", arm)
     model, tokenizer, store = load_finetuned(args, args.work_dir / arm / "model", arm)
