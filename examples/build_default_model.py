@@ -315,23 +315,37 @@ def stage_finetune_realm(args) -> None:
 # 6. evaluation
 
 
+# arm -> (model directory, index it searches, pre-tokenized blocks it reads), under --work-dir. "before" is the model
+# finetune_continued started from (--continue-from, by default the previous default model): the baseline it must beat.
 ARMS = {
-    "finetune": "index",
-    "finetune_realm": "pretrain/index",
-    "finetune_continued": "finetune_continued/init/index",
-}  # fine-tuned model -> the index it searches
+    "finetune": ("finetune/model", "index", "finetune/model/blocks.safetensors"),
+    "finetune_realm": ("finetune_realm/model", "pretrain/index", "finetune_realm/model/blocks.safetensors"),
+    "finetune_continued": ("finetune_continued/model", "finetune_continued/init/index",
+                           "finetune_continued/model/blocks.safetensors"),
+    "before": ("finetune_continued/init", "finetune_continued/init/index",
+               "finetune_continued/model/blocks.safetensors"),
+}  # fmt: skip
+TRAINED_ARMS = ("finetune", "finetune_realm", "finetune_continued")
 
 
-def load_finetuned(args, directory: Path, arm: str = "finetune"):
+def arms_present(args) -> list[str]:
+    """The fine-tuned arms with a finished run, and "before" when finetune_continued has one."""
+    arms = [arm for arm in TRAINED_ARMS if (args.work_dir / arm / "model" / "train_results.json").is_file()]
+    return arms + (["before"] if "finetune_continued" in arms else [])
+
+
+def load_finetuned(args, arm: str):
     from realm_hf.modeling import RealmForOpenQA, RealmTokenizer
     from realm_hf.retrieval import ExactSearcher
     from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever
 
+    directory, index, blocks = (args.work_dir / part for part in ARMS[arm])
     tokenizer = RealmTokenizer.from_pretrained(directory)
     store = load_corpus(args)
-    blocks = PreTokenizedBlocks.open(args.work_dir / arm / "model" / "blocks.safetensors")
-    retriever = PreTokenizedRetriever(blocks, tokenizer, block_records=store.as_block_records())
-    searcher = ExactSearcher.from_index(args.work_dir / ARMS[arm])
+    retriever = PreTokenizedRetriever(
+        PreTokenizedBlocks.open(blocks), tokenizer, block_records=store.as_block_records()
+    )
+    searcher = ExactSearcher.from_index(index)
     model = RealmForOpenQA.from_pretrained(directory, retriever=retriever, searcher=searcher, dtype=torch.float32)
     return model.eval(), tokenizer, store
 
@@ -396,6 +410,22 @@ def evaluation_sets(args) -> dict[str, list[dict]]:
     return sets
 
 
+def by_relation(rows: list[dict], scores: list[float]) -> dict[str, float]:
+    """Mean EM per `relation` of the question rows."""
+    groups: dict[str, list[float]] = {}
+    for row, value in zip(rows, scores, strict=True):
+        groups.setdefault(row["relation"], []).append(value)
+    return {relation: sum(values) / len(values) for relation, values in sorted(groups.items())}
+
+
+def paired(new: list[float], old: list[float]) -> dict:
+    """EM of two systems on the same questions, the questions each gets right and the other not, and the sign test."""
+    wins = sum(a > b for a, b in zip(new, old, strict=True))
+    losses = sum(a < b for a, b in zip(new, old, strict=True))
+    return {"new_em": sum(new) / len(new), "old_em": sum(old) / len(old), "wins": wins, "losses": losses,
+            "sign_test_p": sign_test(wins, losses)}  # fmt: skip
+
+
 def sign_test(wins: int, losses: int) -> float:
     """Two-sided exact binomial p-value of `wins` vs `losses` (ties dropped) under p = 1/2."""
     n = wins + losses
@@ -416,22 +446,23 @@ def stage_evaluate(args) -> None:
     target = args.work_dir / "results.json"
     if target.is_file():
         return
-    arms = [arm for arm in ARMS if (args.work_dir / arm / "model" / "train_results.json").is_file()]
+    arms = arms_present(args)
     if not arms:
         raise SystemExit("evaluate: no fine-tuned model yet (run the finetune / finetune_realm stages)")
     store = load_corpus(args)
     started = time.time()
     bm25 = BM25Searcher.from_documents(store)
     logger.info("BM25 index over %d blocks in %.0f s", len(store), time.time() - started)
-    minilm_index = mean_pooled_minilm_index(args, store)
-    minilm = BertModel.from_pretrained(minilm_path()).eval()
-    minilm_tokenizer = RealmTokenizer.from_pretrained(minilm_path())
+    if not args.no_minilm:
+        minilm_index = mean_pooled_minilm_index(args, store)
+        minilm = BertModel.from_pretrained(minilm_path()).eval()
+        minilm_tokenizer = RealmTokenizer.from_pretrained(minilm_path())
     ks = (1, 5, 20)
     sets = evaluation_sets(args)
     results = {"sets": {}, "settings": {"ks": list(ks), "arms": arms, "eval_per_source": args.eval_per_source}}
     per_question: dict[str, dict[str, list[float]]] = {}  # arm -> set -> EM per question
     for arm in arms:
-        model, tokenizer, _ = load_finetuned(args, args.work_dir / arm / "model", arm)
+        model, tokenizer, _ = load_finetuned(args, arm)
         results["settings"]["reader_beam_size"] = model.config.reader_beam_size
         for name, rows in sets.items():
             questions, answers = [row["question"] for row in rows], [row["answers"] for row in rows]
@@ -440,7 +471,7 @@ def stage_evaluate(args) -> None:
             dense_ids = RealmOpenQASystem(model, batch_size=64).retrieve_ids(questions, max(ks))
             bm25_ids = bm25.search_text(questions, max(ks)).ids
             candidates = {arm: dense_ids, f"bm25+reader ({arm})": bm25_ids}
-            if "minilm-mean" not in systems:
+            if "minilm-mean" not in systems and not args.no_minilm:
                 with torch.no_grad():
                     query = torch.cat([mean_pool(minilm, minilm_tokenizer, questions[i : i + 64], 64)
                                        for i in range(0, len(questions), 64)])  # fmt: skip
@@ -456,20 +487,17 @@ def stage_evaluate(args) -> None:
                     metrics["exact_match"] = sum(scores) / len(scores)
                     if system == arm:
                         per_question.setdefault(arm, {})[name] = scores
+                        if all("relation" in row for row in rows):
+                            metrics["exact_match_by_relation"] = by_relation(rows, scores)
                 systems[system] = metrics
                 logger.info("%s %s: %s", name, system, metrics)
             systems[arm]["seconds"] = time.time() - started
             _write_json(target.with_suffix(".partial.json"), results)
-    if {"finetune", "finetune_realm"} <= set(arms):
-        results["pretraining_ablation"] = {}
-        for name in sets:
-            with_pretraining, without = per_question["finetune_realm"][name], per_question["finetune"][name]
-            wins = sum(a > b for a, b in zip(with_pretraining, without, strict=True))
-            losses = sum(a < b for a, b in zip(with_pretraining, without, strict=True))
-            results["pretraining_ablation"][name] = {"with_pretraining_em": sum(with_pretraining) / len(with_pretraining),
-                                                     "without_pretraining_em": sum(without) / len(without),
-                                                     "wins": wins, "losses": losses,
-                                                     "sign_test_p": sign_test(wins, losses)}  # fmt: skip
+    # Paired per-question EM: REALM pretraining's contribution, and the continued model against the one it started from.
+    for key, new, old in (("pretraining_ablation", "finetune_realm", "finetune"),
+                          ("continued_vs_before", "finetune_continued", "before")):  # fmt: skip
+        if {new, old} <= set(arms):
+            results[key] = {name: paired(per_question[new][name], per_question[old][name]) for name in sets}
     _write_json(target, results)
 
 
@@ -495,9 +523,11 @@ def stage_export(args) -> None:
         raise SystemExit("export: run the evaluate stage first, or name the arm to ship with --ship")
     arm = args.ship if args.ship != "auto" else best_arm(results)
     logger.info("export: shipping %s", arm)
-    model, tokenizer, store = load_finetuned(args, args.work_dir / arm / "model", arm)
+    model, tokenizer, store = load_finetuned(args, arm)
     embeddings = np.concatenate(list(model.searcher.iter_embeddings()))
     output.mkdir(parents=True, exist_ok=True)
+    # A calibration belongs to the model it was fitted on: the calibrate stage fits the exported model's own.
+    (output / "calibration.json").unlink(missing_ok=True)
     # Without the language-model heads RealmForOpenQA never uses (23M random parameters): the shipped files stay small.
     model.half().save_pretrained(output, state_dict={key: value for key, value in model.state_dict().items()
                                                      if key not in model.unused_head_keys()})  # fmt: skip
@@ -543,7 +573,7 @@ def stage_export(args) -> None:
 
 def best_arm(results: dict) -> str:
     """The fine-tuned arm with the higher mean EM over the dev sets (the factbook's and every source's)."""
-    arms = results["settings"]["arms"]
+    arms = [arm for arm in results["settings"]["arms"] if arm in TRAINED_ARMS]
     dev_sets = [name for name in results["sets"] if name == "dev" or name.endswith("_dev")]
 
     def mean_em(arm: str) -> float:
@@ -609,6 +639,11 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--dev-per-source", type=int, default=60, help="dev questions per source for checkpoint choice"
     )
+    parser.add_argument(
+        "--no-minilm",
+        action="store_true",
+        help="evaluate without the mean-pooled MiniLM baseline (embedding the corpus takes ~17 min)",
+    )
     parser.add_argument("--eval-per-source", type=int, default=300, help="dev questions per source in evaluate")
     parser.add_argument(
         "--factbook-only", action="store_true", help="fine-tune on the factbook templates alone (the previous recipe)"
@@ -624,7 +659,7 @@ def main(argv=None) -> None:
     parser.add_argument("--pretrain-refresh-every", type=int, default=100)
     parser.add_argument(
         "--ship",
-        choices=["auto", *ARMS],
+        choices=["auto", *TRAINED_ARMS],
         default="auto",
         help="which fine-tuned model export ships (auto: the better on dev)",
     )

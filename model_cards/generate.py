@@ -9,6 +9,7 @@ test exact match) and the README of qqaatw/pytorch-realm-orqa (the converted che
 """
 
 import argparse
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,33 +375,84 @@ def _percent(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
-def default_model_evaluation(results: dict) -> str:
-    """The evaluation section of the default model's card, from its `eval_results.json`."""
-    names = {"realm": "this model (ICT + fine-tuned retriever)", "bm25+reader": "BM25 (bm25s) + this reader",
-             "minilm-mean": "mean-pooled all-MiniLM-L6-v2 (retrieval only)"}  # fmt: skip
+SOURCES_RESULTS = HERE.parent / "examples" / "results" / "default_model_sources.json"
+# The plot evaluate_question_sources.py draws, copied beside the card here and in the model directory.
+ACCURACY_COVERAGE_SOURCE = HERE.parent / "docs" / "images" / "accuracy_coverage.png"
+ACCURACY_COVERAGE_PNG = "realm-minilm-factbook-accuracy-coverage.png"
+
+
+def _system_names(shipped: str) -> dict[str, str]:
+    return {shipped: "this model", "realm": "this model", "before": "the previous default (factbook questions only)",
+            f"bm25+reader ({shipped})": "BM25 (bm25s) + this reader", "bm25+reader (realm)": "BM25 (bm25s) + this reader",
+            "bm25+reader": "BM25 (bm25s) + this reader",
+            "minilm-mean": "mean-pooled all-MiniLM-L6-v2 (retrieval only)",
+            "finetune": "ICT + ORQA on the mixed questions (no REALM pretraining)",
+            "finetune_realm": "ICT + REALM pretraining + ORQA on the mixed questions"}  # fmt: skip
+
+
+def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
+    """The evaluation section of the default model's card, from its `eval_results.json` and the per-source results
+    with the calibration (`examples/results/default_model_sources.json`)."""
+    shipped = results.get("shipped", "realm")
+    names = _system_names(shipped)
     lines = [
         "Exact match (ORQA normalisation) and answer recall@k (a top-k block contains an answer), measured in one "
-        "run by `examples/build_default_model.py` on question sets built from the corpus "
-        "(`realm_hf.data.questions`). Factbook questions are split by country: the dev and test countries never "
-        "appear in training. The elements questions (symbol, atomic number, element by number) are never trained "
-        "on. Both QA systems use the same reader on their own top-5 blocks.",
+        "run by `examples/build_default_model.py --stages evaluate`. Factbook questions (`dev`, `test`) are split by "
+        "country: the dev and test countries never appear in training; `elements` is never trained on; the `*_dev` "
+        "sets are the question sources of `realm_hf.data.question_sources`, split by passage (no passage serves "
+        "both training and evaluation). Every QA system reads its own top 5 blocks.",
         "",
         "| set | questions | system | EM | recall@1 | recall@5 | recall@20 |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     for name, part in results["sets"].items():
         for system, metrics in part["systems"].items():
+            if system not in names:
+                continue
             lines.append(
-                f"| {name} | {part['questions']} | {names.get(system, system)} "
+                f"| {name} | {part['questions']} | {names[system]} "
                 f"| {_percent(metrics['exact_match']) if 'exact_match' in metrics else '-'} "
                 f"| {_percent(metrics['recall@1'])} | {_percent(metrics['recall@5'])} | {_percent(metrics['recall@20'])} |"
             )
-    test = results["sets"]["test"]["systems"]["realm"]["exact_match_by_relation"]
-    lines += ["", "Test EM by relation (this model): " + ", ".join(f"{key} {_percent(v)}" for key, v in test.items())]
+    comparison = results.get("continued_vs_before")
+    if comparison:
+        lines += ["", "This model against the previous default on the same questions (paired EM; p: two-sided sign "
+                      "test over the questions exactly one of them gets right):", "",
+                  "| set | this model | previous | this model only | previous only | p |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for name, pair in comparison.items():
+            lines.append(f"| {name} | {_percent(pair['new_em'])} | {_percent(pair['old_em'])} | {pair['wins']} "
+                         f"| {pair['losses']} | {pair['sign_test_p']:.2g} |")  # fmt: skip
+    test = results["sets"].get("test", {}).get("systems", {}).get(shipped, {}).get("exact_match_by_relation")
+    if test:
+        lines += [
+            "",
+            "Test EM by relation (this model): " + ", ".join(f"{key} {_percent(v)}" for key, v in test.items()),
+        ]
     export = results.get("export")
     if export:
         lines += ["", f"The shipped fp16 weights and index give the same answer as fp32 on "
                       f"{_percent(export['same_answer_as_fp32'])}% of the test questions."]  # fmt: skip
+    calibration = (sources or {}).get("calibration")
+    if calibration:
+        dev, test_rates = calibration["dev"], calibration["test"]
+        lines += [
+            "",
+            "### Knowing when it does not know",
+            "",
+            "Each answer carries a calibrated `confidence` and `abstained` (confidence below the threshold chosen on "
+            "dev: the largest that abstains on at most 25% of the correctly answered dev questions); `realm-hf ask` "
+            "prints `(not sure)` before an abstained answer, which stays the best guess. Unanswerable questions are "
+            "personal, future, fictional and not-in-corpus questions (`realm_hf.data.question_sources`, templates "
+            "split between dev and test). Measured by `examples/evaluate_question_sources.py --fit-calibration`:",
+            "",
+            "| split | threshold | unanswerable abstained | correct answers abstained | coverage | accuracy of the answered |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for split, rates in (("dev", dev), ("test", test_rates)):
+            lines.append(f"| {split} | {rates['threshold']:.3f} | {_percent(rates['unanswerable_abstained'])}% "
+                         f"| {_percent(rates['correct_abstained'])}% | {_percent(rates['coverage'])}% "
+                         f"| {_percent(rates['accuracy_answered'])}% |")  # fmt: skip
+        lines += ["", f"![accuracy against coverage]({ACCURACY_COVERAGE_PNG})"]
     return "\n".join(lines)
 
 
@@ -412,6 +464,7 @@ def default_model_card() -> Card | None:
     if not path.is_file():
         return None
     results = json.loads(path.read_text(encoding="utf-8"))
+    sources = json.loads(SOURCES_RESULTS.read_text(encoding="utf-8")) if SOURCES_RESULTS.is_file() else None
     return Card(
         file="realm-minilm-factbook.md",
         kind="openqa",
@@ -438,7 +491,7 @@ def default_model_card() -> Card | None:
             license="apache-2.0",
             tags=["factbook", "wikipedia", "minilm"],
             usage=DEFAULT_USAGE,
-            evaluation_notes=default_model_evaluation(results),
+            evaluation_notes=default_model_evaluation(results, sources),
             files=(
                 "- `config.json`, `model.safetensors` (fp16; question encoder + reader; no `block_emb`), tokenizer "
                 "files\n- `index/`: the 43,829 block embeddings (fp16 safetensors, `index.json`)\n- `corpus.json`: "
@@ -498,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "realm-minilm-factbook.md" and args.output == HERE:
             # The shipped model directory carries its card as the README a Hub upload sends.
             (DEFAULT_MODEL_DIR / "README.md").write_text(text, encoding="utf-8")
+            if ACCURACY_COVERAGE_SOURCE.is_file():
+                for directory in (HERE, DEFAULT_MODEL_DIR):
+                    shutil.copyfile(ACCURACY_COVERAGE_SOURCE, directory / ACCURACY_COVERAGE_PNG)
             print(f"wrote {DEFAULT_MODEL_DIR / 'README.md'}")
     return 0
 
