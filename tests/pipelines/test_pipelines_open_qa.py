@@ -5,6 +5,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from transformers import pipeline
 
 from realm_hf import OpenQAPipeline, RealmEmbedder, RealmForOpenQA, RealmRetriever, RealmTokenizer
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
+from realm_hf.pipelines.open_qa import spans_in_question
 from realm_hf.retrieval import DocumentStore
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "realm4"
@@ -75,7 +77,7 @@ def test_the_best_answer_is_the_forward_prediction_as_written(open_qa):
     tokenizer = open_qa.tokenizer
     cased = 0
     for question in QUESTIONS:
-        answer = open_qa(question)
+        answer = open_qa(question, exclude_question_spans=False)  # forward knows nothing of the question-span rule
         block_id, answer_ids = _forward_answer(open_qa.model, tokenizer, question)
         assert answer["block_id"] == block_id
         assert tokenizer(answer["answer"], add_special_tokens=False).input_ids == answer_ids
@@ -118,7 +120,7 @@ def test_scores_are_probabilities_over_every_span_of_the_blocks_read(open_qa):
     question = QUESTIONS[1]
     scores = open_qa.model.score_spans(**open_qa.tokenizer([question], return_tensors="pt"))
     num_spans = int(scores.span_mask.sum())
-    answers = open_qa(question, top_k=10**6)
+    answers = open_qa(question, top_k=10**6, exclude_question_spans=False)
     assert len(answers) == num_spans  # every (block, span) pair, no more
     assert sum(answer["score"] for answer in answers) == pytest.approx(1.0, abs=1e-4)
     # the score is the softmax of span logit + retrieval logit over those pairs
@@ -198,7 +200,7 @@ def tiny_open_qa(retrieval_vocab_file):
 def test_every_span_maps_to_its_characters_in_the_original_text(tiny_open_qa):
     tokenizer = tiny_open_qa.tokenizer
     for question in ["this is the lowest question want", "test question", "the first"]:
-        answers = tiny_open_qa(question, top_k=10**6)
+        answers = tiny_open_qa(question, top_k=10**6, exclude_question_spans=False)
         for answer in answers:
             _assert_answer(answer, tiny_open_qa.retriever)
             # the wordpieces of the characters are those of the span (a span may start inside a word: "##ing")
@@ -211,6 +213,77 @@ def test_every_span_maps_to_its_characters_in_the_original_text(tiny_open_qa):
         block_id, answer_ids = _forward_answer(tiny_open_qa.model, tokenizer, question)
         assert answers[0]["block_id"] == block_id
         assert _same_text(answers[0]["answer"], tokenizer.decode(answer_ids))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# answers that only repeat the question
+
+
+def _contains(haystack: list[int], needle: list[int]) -> bool:
+    return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+
+def test_spans_in_question_matches_a_brute_force_search():
+    generator = torch.Generator().manual_seed(0)
+    reader_ids = torch.randint(0, 6, (3, 2, 12), generator=generator)  # a small vocabulary: many matches
+    question_ids = torch.randint(0, 6, (3, 5), generator=generator)
+    question_mask = torch.rand(3, 5, generator=generator) > 0.2
+    starts = torch.tensor([p for width in range(4) for p in range(12 - width)])
+    ends = torch.tensor([p + width for width in range(4) for p in range(12 - width)])
+    spans = SimpleNamespace(reader_input_ids=reader_ids, candidate_starts=starts, candidate_ends=ends)
+    found = spans_in_question(spans, question_ids, question_mask)
+    assert found.shape == (3, 2, len(starts))
+    for b in range(3):
+        # a masked question token splits the question: a span must match within one unmasked stretch
+        pieces, current = [], []
+        for token, keep in zip(question_ids[b].tolist(), question_mask[b].tolist()):
+            if keep:
+                current.append(token)
+            else:
+                pieces.append(current)
+                current = []
+        pieces.append(current)
+        for r in range(2):
+            for n, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+                span = reader_ids[b, r, start : end + 1].tolist()
+                assert bool(found[b, r, n]) == any(_contains(piece, span) for piece in pieces), (b, r, start, end)
+    assert found.any() and not found.all()
+
+
+def _wordpieces(tokenizer, answer: dict) -> list[int]:
+    """The wordpieces of the evidence that make up `answer` (a span may start inside a word: "##want")."""
+    encoding = tokenizer(answer["evidence"], add_special_tokens=False, return_offsets_mapping=True)
+    return [piece for piece, (start, end) in zip(encoding.input_ids, encoding.offset_mapping)
+            if start >= answer["start"] and end <= answer["end"]]  # fmt: skip
+
+
+def test_answers_never_only_repeat_the_question(tiny_open_qa):
+    tokenizer = tiny_open_qa.tokenizer
+    for question in ["this is the lowest question want", "the first record", "fifth"]:
+        question_ids = tokenizer(question, add_special_tokens=False).input_ids
+        kept = tiny_open_qa(question, top_k=10**6)
+        every = tiny_open_qa(question, top_k=10**6, exclude_question_spans=False)
+        for answer in kept:
+            _assert_answer(answer, tiny_open_qa.retriever)
+            assert not _contains(question_ids, _wordpieces(tokenizer, answer))
+        repeats = [answer for answer in every if _contains(question_ids, _wordpieces(tokenizer, answer))]
+        assert repeats and len(kept) == len(every) - len(repeats)
+        # the kept spans keep their order, and their scores are renormalised over them
+        key = lambda answer: (answer["block_id"], answer["start"], answer["end"])  # noqa: E731
+        assert [key(a) for a in kept] == [key(a) for a in every if a not in repeats]
+        assert sum(answer["score"] for answer in kept) == pytest.approx(1.0, abs=1e-4)
+    # batched answers equal single ones with the rule on too
+    questions = ["this is the lowest question want", "the first record"]
+    assert [a["answer"] for a in tiny_open_qa(questions, batch_size=2)] == [
+        tiny_open_qa(q)["answer"] for q in questions
+    ]
+
+
+def test_a_block_of_nothing_but_the_question_still_answers(tiny_open_qa):
+    records = tiny_open_qa.retriever.block_records
+    question = " ".join(record.decode().lower() for record in records)  # every word of every block
+    answer = tiny_open_qa(question)
+    assert answer["answer"] and answer["score"] > 0.0
 
 
 @pytest.mark.parametrize("truncation_side", ["right", "left"])
@@ -318,6 +391,7 @@ def test_bad_questions_name_expected_and_received(open_qa):
         ({"top_k": 0}, "top_k must be a positive int .*got 0"),
         ({"top_k": "3"}, "top_k must be a positive int .*got '3'"),
         ({"max_question_length": 2}, "max_question_length must be an int >= 3 .*got 2"),
+        ({"exclude_question_spans": "yes"}, "exclude_question_spans must be True or False, got 'yes'"),
     ],
 )
 def test_bad_parameters_name_expected_and_received(open_qa, kwargs, message):

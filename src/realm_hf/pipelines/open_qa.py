@@ -13,6 +13,10 @@ Every answer is a span of its block's original text: `evidence[start:end] == ans
 offset mapping rather than by decoding (lower-cased) wordpieces. `score` is a probability: a softmax over every
 candidate span of every block read (`reader_beam_size` blocks per question) of the reader's span logit plus the
 block's retrieval logit, the distribution REALM's reader loss is trained on.
+
+A span whose wordpieces all stand in the question ("Who wrote Hamlet?" -> "Hamlet") is never the answer: such spans
+are left out before the best ones are chosen, and `score` is renormalised over the rest (`exclude_question_spans=False`
+keeps them, as `RealmForOpenQA.forward` does).
 """
 
 import os
@@ -56,12 +60,15 @@ class OpenQAPipeline(Pipeline):
         top_k (`int`, *optional*, defaults to 1): answers per question; a call may override it.
         max_question_length (`int`, *optional*): question tokens kept; defaults to `config.searcher_seq_len`.
         batch_size (`int`, *optional*, defaults to 1): questions per forward pass when given a list.
+        exclude_question_spans (`bool`, *optional*, defaults to `True`): leave out candidate spans whose wordpieces
+            all stand, in order, in the question (see [`spans_in_question`]); a call may override it.
         device: where the model runs, as for every pipeline.
 
     Each answer is a dict:
 
     - `answer` (`str`): the span as written in the block text.
-    - `score` (`float`): its probability among all (block, span) pairs of the blocks read for this question.
+    - `score` (`float`): its probability among all (block, span) pairs of the blocks read for this question (spans
+      taken from the question left out).
     - `start`, `end` (`int`): character offsets of the answer in `evidence`: `evidence[start:end] == answer`.
     - `block_id` (`int`): corpus id of the block.
     - `title` (`str` or `None`): the document title when the retriever knows it (block records from a
@@ -140,6 +147,8 @@ class OpenQAPipeline(Pipeline):
                 threshold (0 never abstains; ignored without a calibration).
             calibration (*optional*): a `Calibration`, its dict or a path to `calibration.json`, instead of the
                 model's own.
+            exclude_question_spans (`bool`, *optional*): leave out answers that only repeat the question (default:
+                `True`).
 
         Returns:
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
@@ -163,8 +172,13 @@ class OpenQAPipeline(Pipeline):
         max_question_length: int | None = None,
         abstention_threshold: float | None = None,
         calibration=None,
+        exclude_question_spans: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
+        if exclude_question_spans is not None:
+            if not isinstance(exclude_question_spans, bool):
+                raise ValueError(f"exclude_question_spans must be True or False, got {exclude_question_spans!r}.")
+            forward_params["exclude_question_spans"] = exclude_question_spans
         if abstention_threshold is not None:
             if (
                 isinstance(abstention_threshold, bool)
@@ -199,7 +213,9 @@ class OpenQAPipeline(Pipeline):
         max_length = min(max_question_length or config.searcher_seq_len, config.max_position_embeddings)
         return dict(encode_question(self.tokenizer, question, max_length))
 
-    def _forward(self, model_inputs: dict[str, torch.Tensor], top_k: int = 1) -> dict[str, torch.Tensor]:
+    def _forward(
+        self, model_inputs: dict[str, torch.Tensor], top_k: int = 1, exclude_question_spans: bool = True
+    ) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
         inputs = {
             key: model_inputs[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in model_inputs
@@ -211,7 +227,16 @@ class OpenQAPipeline(Pipeline):
         else:
             spans = self.model.score_spans(**inputs)
         batch_size, num_read, num_candidates = spans.span_logits.shape
-        logits = spans.span_logits.float().masked_fill(~spans.span_mask, float("-inf")).view(batch_size, -1)
+        span_mask = spans.span_mask
+        if exclude_question_spans:
+            special = torch.tensor(self.tokenizer.all_special_ids, device=inputs["input_ids"].device)
+            question_mask = ~torch.isin(inputs["input_ids"], special)
+            if "attention_mask" in inputs:
+                question_mask &= inputs["attention_mask"].bool()
+            span_mask = span_mask & ~spans_in_question(spans, inputs["input_ids"], question_mask)
+            # A question whose blocks hold nothing but its own words keeps them: some answer beats none.
+            span_mask = torch.where(span_mask.flatten(1).any(-1)[:, None, None], span_mask, spans.span_mask)
+        logits = spans.span_logits.float().masked_fill(~span_mask, float("-inf")).view(batch_size, -1)
         if top_k > logits.shape[1]:
             logger.warning_once(
                 f"top_k={top_k} exceeds the {logits.shape[1]} candidate spans of the blocks read; returning at most "
@@ -227,7 +252,7 @@ class OpenQAPipeline(Pipeline):
             "features": _confidence_features(
                 logits, probabilities, best, block_index, spans.retrieved_logits[:, :num_read]
             ),
-            "valid": spans.span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
+            "valid": span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
             "start_token": spans.candidate_starts[candidate],  # (B, k), in the reader input
             "end_token": spans.candidate_ends[candidate],  # (B, k), inclusive
@@ -362,6 +387,45 @@ def _as_calibration(calibration) -> Calibration:
     )
 
 
+def spans_in_question(
+    spans, question_ids: torch.Tensor, question_mask: torch.Tensor | None = None
+) -> torch.BoolTensor:
+    """Which candidate spans only repeat the question: `(B, R, N)`, `True` where every wordpiece of span `n` of block
+    `r` stands, in the same order and contiguously, among the question's wordpieces.
+
+    Such a span is almost never the answer ("Who wrote Hamlet?" -> "Hamlet"; "What will the weather be in Paris
+    tomorrow?" -> "Paris"), yet readers fine-tuned on title questions give them high scores. The match is on wordpiece
+    ids, so it is as case-insensitive as the tokenizer.
+
+    Args:
+        spans ([`RealmForOpenQASpanScores`]): what `RealmForOpenQA.score_spans` returned for the questions.
+        question_ids (`torch.LongTensor` of shape `(B, Q)`): the questions' wordpieces (the question encoder's input).
+        question_mask (`torch.BoolTensor` of shape `(B, Q)`, *optional*): which of them count; pass `False` for
+            padding and special tokens (`[CLS]`, `[SEP]`) so that a span is never matched against them.
+    """
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    question_ids = question_ids.to(reader_ids.device)
+    if question_mask is None:
+        question_mask = torch.ones_like(question_ids, dtype=torch.bool)
+    # equal[b, r, p, j]: token p of block read r is the question's token j.
+    equal = (reader_ids[..., :, None] == question_ids[:, None, None, :]) & question_mask.to(reader_ids.device)[
+        :, None, None, :
+    ]
+    widths = spans.candidate_ends - spans.candidate_starts  # (N,), 0 for one wordpiece
+    length, positions = reader_ids.shape[-1], equal.shape[-1]
+    # run: a match of the last `width + 1` tokens ending at p with the question tokens ending at j.
+    run = equal
+    ends_in_question = [run.any(-1)]  # per width: (B, R, L)
+    for width in range(1, int(widths.max()) + 1 if widths.numel() else 1):
+        shifted = torch.zeros_like(equal)
+        if width < min(length, positions):
+            shifted[..., width:, width:] = equal[..., : length - width, : positions - width]
+        run = run & shifted
+        ends_in_question.append(run.any(-1))
+    by_width = torch.stack(ends_in_question, dim=-1)  # (B, R, L, W)
+    return by_width[..., spans.candidate_ends, widths]  # (B, R, N)
+
+
 def _confidence_features(logits, probabilities, best, block_index, retrieval_logits) -> torch.Tensor:
     """`(B, k, len(CALIBRATION_FEATURES))`: for each of the `k` best spans, the numbers a calibration reads (see
     `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`)."""
@@ -388,4 +452,4 @@ def _block_text(record) -> str:
     return record.decode("utf-8") if isinstance(record, bytes) else str(record)
 
 
-__all__ = ["OpenQAPipeline"]
+__all__ = ["OpenQAPipeline", "spans_in_question"]
