@@ -186,6 +186,7 @@ def cmd_ask(args) -> int:
             model_path = str(_ensure_demo_model(None))
             print(f"(no --model given and no default model installed: using the untrained demo model in {model_path})",
                   file=sys.stderr)  # fmt: skip
+    model_path = model_location(model_path)  # a missing directory says so in its own words, not wrapped below
     try:
         model, retriever = _load(model_path, args.index)
     except (OSError, ValueError) as error:
@@ -283,6 +284,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, except that a command taking Trainer flags (`train`, `pretrain`: their parsers set
+    `trainer_flags`) receives the words it does not define itself as `args.trainer_flags`, which it parses with
+    `HfArgumentParser` once Transformers is loaded (`realm_hf.cli.arguments.parse_trainer_flags`). Any other command
+    refuses such words at once, as `parse_args` does."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if not hasattr(args, "trainer_flags"):
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.trainer_flags = unknown
+    return args
+
+
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
@@ -318,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     `REALM_HF_DEBUG=1` lets the exception through with its traceback instead.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
     if args.command is None:
         parser.print_help()
         return 0
