@@ -351,16 +351,18 @@ def load_finetuned(args, arm: str):
 
 
 @torch.no_grad()
-def read_answers(model, tokenizer, questions: list[str], block_ids: torch.Tensor | None, batch_size: int = 16):
-    answers = []
-    for start in range(0, len(questions), batch_size):
-        inputs = tokenizer(questions[start : start + batch_size], padding=True, truncation=True, max_length=64,
-                           return_tensors="pt")  # fmt: skip
-        chosen = None if block_ids is None else block_ids[start : start + batch_size, : model.config.reader_beam_size]
-        predicted = model(**inputs, retrieved_block_ids=chosen, return_dict=True).predicted_answer_ids
-        predicted = [predicted] if isinstance(predicted, torch.Tensor) else predicted
-        answers.extend(tokenizer.decode(ids.tolist(), skip_special_tokens=True) for ids in predicted)
-    return answers
+def read_answers(model, tokenizer, questions: list[str], searcher=None, batch_size: int = 16) -> list[str]:
+    """The best answer to each question as the "open-qa" pipeline gives it to users (spans that only repeat the
+    question left out), reading the blocks of `searcher` (default: the model's own)."""
+    from transformers import pipeline
+
+    own = model.searcher
+    model.searcher = own if searcher is None else searcher
+    try:
+        open_qa = pipeline("open-qa", model=model, tokenizer=tokenizer, retriever=model.retriever, device="cpu")
+        return [answer["answer"] for answer in open_qa(questions, batch_size=batch_size)]
+    finally:
+        model.searcher = own
 
 
 @torch.no_grad()
@@ -442,6 +444,7 @@ def stage_evaluate(args) -> None:
     from realm_hf.evaluation.realm import RealmOpenQASystem
     from realm_hf.modeling import RealmTokenizer
     from realm_hf.retrieval.bm25 import BM25Searcher
+    from realm_hf.retrieval.hybrid import HybridSearcher
 
     target = args.work_dir / "results.json"
     if target.is_file():
@@ -471,6 +474,8 @@ def stage_evaluate(args) -> None:
             dense_ids = RealmOpenQASystem(model, batch_size=64).retrieve_ids(questions, max(ks))
             bm25_ids = bm25.search_text(questions, max(ks)).ids
             candidates = {arm: dense_ids, f"bm25+reader ({arm})": bm25_ids}
+            # BM25's blocks, read and weighed by the same model: a hybrid searcher whose blocks all come from BM25.
+            searchers = {arm: None, f"bm25+reader ({arm})": HybridSearcher(model.searcher, bm25, bm25_fraction=1.0)}
             if "minilm-mean" not in systems and not args.no_minilm:
                 with torch.no_grad():
                     query = torch.cat([mean_pool(minilm, minilm_tokenizer, questions[i : i + 64], 64)
@@ -481,8 +486,7 @@ def stage_evaluate(args) -> None:
                 recall = answer_recall_at_k(passages, answers, ks=ks)
                 metrics = {f"recall@{k}": value for k, value in recall.items()}
                 if system != "minilm-mean":  # minilm-mean + the same reader: run with `--minilm-reader` (slow)
-                    predictions = read_answers(model, tokenizer, questions,
-                                               None if system == arm else torch.as_tensor(ids))  # fmt: skip
+                    predictions = read_answers(model, tokenizer, questions, searchers[system])
                     scores = [exact_match(p, a) for p, a in zip(predictions, answers, strict=True)]
                     metrics["exact_match"] = sum(scores) / len(scores)
                     if system == arm:
@@ -546,8 +550,8 @@ def stage_export(args) -> None:
     shipped.retriever = model.retriever  # same records, pre-tokenized: faster, identical reader inputs
     rows = read_jsonl(args.work_dir / "questions" / "test.jsonl")
     questions = [row["question"] for row in rows]
-    full = read_answers(model.float(), tokenizer, questions, None)
-    half = read_answers(shipped, tokenizer, questions, None)
+    full = read_answers(model.float(), tokenizer, questions)
+    half = read_answers(shipped, tokenizer, questions)
     results["export"] = {
         "same_answer_as_fp32": sum(a == b for a, b in zip(full, half, strict=True)) / len(rows),
         "bytes": sum(path.stat().st_size for path in output.rglob("*") if path.is_file()),
