@@ -97,6 +97,46 @@ def test_index_and_documents_layout_round_trips_with_titles(demo_dir, index_layo
     assert not (saved / "block_records.safetensors").exists()
 
 
+def test_a_hybrid_searcher_round_trips_as_its_index_and_searcher_json(index_layout, tmp_path):
+    pytest.importorskip("bm25s")
+    from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
+
+    open_qa = pipeline("open-qa", model=str(index_layout), device="cpu")
+    open_qa.model.searcher = hybrid_searcher_for(open_qa.model, bm25_fraction=0.5)
+    expected = _answers(open_qa)
+    saved = tmp_path / "saved"
+    _assert_same(_round_trip(open_qa, saved), expected)
+    assert json.loads((saved / "searcher.json").read_text()) == {"searcher": "hybrid", "bm25_fraction": 0.5}
+    model, retriever = load_open_qa(saved)
+    assert isinstance(model.searcher, HybridSearcher) and model.searcher.bm25_fraction == 0.5
+    # an index given separately is searched as given (dense), whatever the model directory asks
+    model, _ = load_open_qa(saved, index=saved / "index")
+    assert isinstance(model.searcher, ExactSearcher)
+    # saving a dense model over the directory removes the stale searcher.json
+    open_qa.model.searcher = open_qa.model.searcher.dense
+    open_qa.save_pretrained(saved)
+    assert not (saved / "searcher.json").exists()
+    assert isinstance(load_open_qa(saved)[0].searcher, ExactSearcher)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "received text that is not JSON"),
+        ('{"searcher": "sparse"}', "received {'searcher': 'sparse'}"),
+        ('{"searcher": "hybrid", "bm25_fraction": 2}', "received bm25_fraction 2"),
+    ],
+)
+def test_a_damaged_searcher_json_names_the_file_and_what_was_expected(index_layout, tmp_path, text, message):
+    from realm_hf.errors import FileFormatError
+
+    directory = tmp_path / "model"
+    shutil.copytree(index_layout, directory)
+    (directory / "searcher.json").write_text(text)
+    with pytest.raises(FileFormatError, match=rf"searcher.json: expected {{\"searcher\": .*{message}"):
+        load_open_qa(directory)
+
+
 def test_index_given_separately_answers_like_the_model_that_holds_it(demo_dir, index_layout, tmp_path):
     expected = _answers(pipeline("open-qa", model=str(index_layout), device="cpu"))
     # A model with its own block_emb (the 4.x layout) searches the given index and reads its documents instead.

@@ -4,8 +4,9 @@
 finds, for a directory or Hub repo id:
 
 - **the searcher** (the block embeddings): `searcher=` if given; else the index directory `index=`; else the
-  location's `index/` (an `index.json` and its shards); else none, and the model searches its own `block_emb` (the
-  4.x layout, `config.store_block_emb: true`).
+  location's `index/` (an `index.json` and its shards), read as its `searcher.json` asks (hybrid BM25 + dense
+  candidates, or dense alone without the file); else none, and the model searches its own `block_emb` (the 4.x layout,
+  `config.store_block_emb: true`).
 - **the documents** (the block texts, by block id): `retriever=` if given; else the `documents/` of the index
   directory `index=`, `index/documents/`, `documents/` (a `DocumentStore`), `corpus.json` (a corpus rebuilt from
   installed packages: the default model), `block_records.safetensors` or the Hub's pickled `block_records.npy`.
@@ -180,6 +181,14 @@ def find_retrieval(
             f"documents at {sources['documents']} hold {len(records)}: block ids would point at the wrong text. Pass "
             "the index built over these documents (realm-hf index build writes both)."
         )
+    if searcher is not None and index is None and directory is not None and sources.get("embeddings"):
+        # The model's own index, read as the model directory asks (searcher.json: hybrid candidates, or dense).
+        from .retrieval.hybrid import load_searcher_settings, with_searcher_settings
+
+        settings = load_searcher_settings(directory)
+        searcher = with_searcher_settings(searcher, records, settings)
+        if settings is not None:
+            sources["searcher"] = settings["searcher"]
     if tokenizer is None:
         from transformers import AutoTokenizer
 
@@ -270,7 +279,7 @@ def save_open_qa(
     """Writes a model with what it searches and reads so that [`load_open_qa`] (and `pipeline("open-qa")`) loads
     it back identically: the model (`kwargs` go to its `save_pretrained`), the tokenizer, the documents
     (`documents/` when they come from a `DocumentStore`, which keeps titles; else `block_records.safetensors`) and,
-    when the model searches an index, that index under `index/`."""
+    when the model searches an index, that index under `index/` (with `searcher.json` for hybrid candidates)."""
     from .retrieval import ExactSearcher
     from .retrieval.block_records import save_block_records
     from .retrieval.retriever import BLOCK_RECORDS_NAME
@@ -284,12 +293,17 @@ def save_open_qa(
     else:
         save_block_records(records, save_directory / BLOCK_RECORDS_NAME)
     if model.searcher is not None:
-        if not isinstance(model.searcher, ExactSearcher):
+        from .retrieval.hybrid import HybridSearcher, save_searcher_settings
+
+        # A hybrid searcher is saved as its dense index plus searcher.json; BM25 is rebuilt from the documents.
+        dense = model.searcher.dense if isinstance(model.searcher, HybridSearcher) else model.searcher
+        if not isinstance(dense, ExactSearcher):
             raise TypeError(
-                f"the model searches a {type(model.searcher).__name__}, which save_pretrained cannot write as an "
+                f"the model searches a {type(dense).__name__}, which save_pretrained cannot write as an "
                 f"{INDEX_DIR}/: save it yourself (searcher.save(dir)) and load with index= / searcher=."
             )
-        model.searcher.save(save_directory / INDEX_DIR)
+        dense.save(save_directory / INDEX_DIR)
+        save_searcher_settings(model.searcher, save_directory)
     (tokenizer if tokenizer is not None else retriever.tokenizer).save_pretrained(save_directory)
 
 

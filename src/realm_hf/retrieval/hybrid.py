@@ -12,12 +12,20 @@ any `RealmForOpenQA` can use it (`model.searcher = HybridSearcher(model.searcher
 text, which an embedding does not carry: the caller names the questions of the next searches with the
 [`HybridSearcher.query_texts`] context manager (the "open-qa" pipeline does this by itself, from the question
 wordpieces). A search without texts raises a clear error rather than silently searching dense only.
+
+A model directory may say which candidates it reads by default in `searcher.json` (`{"searcher": "hybrid",
+"bm25_fraction": 0.4}`; [`save_searcher_settings`]): the one loader then wraps the model's own index in a
+`HybridSearcher`, with BM25 built over its documents at load (about a second for 50k blocks), and `save_open_qa` writes
+the file back for a model that searches hybrid candidates.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +35,18 @@ from .interfaces import Searcher, SearchResult, as_query_matrix
 
 logger = logging.get_logger(__name__)
 
-__all__ = ["HybridSearcher", "hybrid_searcher_for"]
+__all__ = [
+    "SEARCHER_FILE",
+    "HybridSearcher",
+    "bm25_for_records",
+    "hybrid_searcher_for",
+    "load_searcher_settings",
+    "save_searcher_settings",
+    "with_searcher_settings",
+]
+
+SEARCHER_FILE = "searcher.json"
+SEARCHER_KINDS = ("dense", "hybrid")
 
 
 class HybridSearcher:
@@ -164,15 +183,71 @@ def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None) -> HybridS
             raise ValueError("the model has neither a searcher nor block embeddings to search")
         dense = ExactSearcher(block_emb.detach().float())
     if bm25 is None:
-        from .bm25 import BM25Searcher
-
-        records = model.retriever.block_records
-        store = getattr(records, "store", None)
-        if store is not None and hasattr(store, "block_texts"):
-            bm25 = BM25Searcher.from_documents(store)
-        else:
-            bm25 = BM25Searcher.from_documents([_text(records[index]) for index in range(len(records))])
+        bm25 = bm25_for_records(model.retriever.block_records)
     return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction)
+
+
+def bm25_for_records(records):
+    """A `BM25Searcher` over block records: a document store's blocks (titles included, as the reader sees them), or
+    the records' texts."""
+    from .bm25 import BM25Searcher
+
+    store = getattr(records, "store", None)
+    if store is not None and hasattr(store, "block_texts"):
+        return BM25Searcher.from_documents(store)
+    return BM25Searcher.from_documents([_text(records[index]) for index in range(len(records))])
+
+
+def save_searcher_settings(searcher, directory: str | os.PathLike) -> None:
+    """Writes `searcher.json` into `directory` for a [`HybridSearcher`] (its kind and `bm25_fraction`), and removes a
+    stale one for any other searcher (dense is the default without the file)."""
+    from ..atomic import atomic_path
+
+    path = Path(directory) / SEARCHER_FILE
+    if not isinstance(searcher, HybridSearcher):
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temporary:
+        Path(temporary).write_text(
+            json.dumps({"searcher": "hybrid", "bm25_fraction": searcher.bm25_fraction}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+
+
+def load_searcher_settings(directory: str | os.PathLike) -> dict | None:
+    """The settings of `directory`'s `searcher.json` (`{"searcher": "dense" | "hybrid", "bm25_fraction": f}`), or
+    `None` without one.
+
+    Raises:
+        FileFormatError: the file is not such a JSON object (it names the file, what was expected and received).
+    """
+    from ..errors import FileFormatError
+
+    path = Path(directory) / SEARCHER_FILE
+    if not path.is_file():
+        return None
+    expected = 'expected {"searcher": "dense" or "hybrid", "bm25_fraction": a number in [0, 1]}'
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise FileFormatError(f"{path}: {expected}, received text that is not JSON ({error})") from error
+    if not isinstance(settings, dict) or settings.get("searcher") not in SEARCHER_KINDS:
+        raise FileFormatError(f"{path}: {expected}, received {settings!r:.100}")
+    fraction = settings.get("bm25_fraction", 0.4)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+        raise FileFormatError(f"{path}: {expected}, received bm25_fraction {fraction!r:.40}")
+    return {"searcher": settings["searcher"], "bm25_fraction": float(fraction)}
+
+
+def with_searcher_settings(searcher, records, settings: dict | None):
+    """`searcher` as `settings` (from [`load_searcher_settings`]) ask: wrapped in a [`HybridSearcher`] with BM25 over
+    `records` for `{"searcher": "hybrid"}`, else unchanged."""
+    if searcher is None or settings is None or settings["searcher"] != "hybrid":
+        return searcher
+    if isinstance(searcher, HybridSearcher):
+        searcher = searcher.dense
+    return HybridSearcher(searcher, bm25_for_records(records), bm25_fraction=settings["bm25_fraction"])
 
 
 def _text(record) -> str:
