@@ -11,7 +11,9 @@
    and the hybrid union (`--bm25-fraction`), each scored by the model's relevance. Metrics: answer recall@1/5/20 of
    the candidate lists (all sampled questions), EM and the answer in the top evidence block (the first
    --max-read-per-source of them: reading is what costs time on a CPU).
-3. With --fit-calibration: a logistic calibration fitted on the dev answers of the model's own searcher (unanswerable
+3. With --choose-searcher: the candidates with the higher mean dev EM over the sources, dense or hybrid, become the
+   model's own (`searcher.json` written into --model for hybrid, removed for dense).
+4. With --fit-calibration: a logistic calibration fitted on the dev answers of the model's own searcher (unanswerable
    questions count as wrong), the threshold chosen on dev (<= 25% of correct answers abstained), both goals measured
    on the test split (at most --max-test-per-source per source), `calibration.json` written into --model, and an
    accuracy-coverage plot (--plot, needs matplotlib: `pip install realm_hf[plot]`).
@@ -133,6 +135,11 @@ def main(argv=None) -> None:
                         choices=["dense", "bm25", "hybrid"])  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--choose-searcher",
+        action="store_true",
+        help="make dense or hybrid, whichever has the higher mean dev EM, the model's own searcher (searcher.json)",
+    )
     parser.add_argument("--fit-calibration", action="store_true")
     parser.add_argument("--max-correct-abstained", type=float, default=0.25)
     parser.add_argument("--plot", type=Path, default=None, help="accuracy-coverage PNG (with --fit-calibration)")
@@ -166,11 +173,11 @@ def main(argv=None) -> None:
     }
     dev_rows = {source: sample(read_jsonl(args.questions / f"{source}.dev.jsonl"), args.max_per_source, args.seed)
                 for source in SOURCES}  # fmt: skip
-    dense_results = {}
+    dev_results = {system: {} for system in args.systems}
     for source, rows in dev_rows.items():
         report["dev"][source] = {}
         for system in args.systems:
-            if source == "unanswerable" and system != "dense":
+            if source == "unanswerable" and system == "bm25":
                 continue
             started = time.time()
             metrics = {"questions": len(rows)}
@@ -183,14 +190,26 @@ def main(argv=None) -> None:
             metrics.update(score(results, read_rows))
             metrics["seconds"] = round(time.time() - started, 1)
             report["dev"][source][system] = metrics
-            if system == "dense":
-                dense_results[source] = results
+            dev_results[system][source] = results
             logger.info("dev %s %s: %s", source, system, metrics)
             _write(args.output, report)
-    model.searcher = hybrid.dense
+    chosen = "dense"
+    if args.choose_searcher:
+        from realm_hf.retrieval.hybrid import save_searcher_settings
+
+        answerable = [source for source in SOURCES if source != "unanswerable"]
+        means = {system: sum(report["dev"][source][system]["exact_match"] for source in answerable) / len(answerable)
+                 for system in ("dense", "hybrid")}  # fmt: skip
+        chosen = "hybrid" if means["hybrid"] > means["dense"] else "dense"
+        save_searcher_settings(searchers[chosen], args.model)
+        report["searcher_choice"] = {"mean_dev_exact_match": means, "chosen": chosen,
+                                     "bm25_fraction": args.bm25_fraction if chosen == "hybrid" else None}  # fmt: skip
+        logger.info("searcher: %s (mean dev EM %s)", chosen, means)
+    model.searcher = searchers[chosen]
 
     if args.fit_calibration:
-        report["calibration"] = calibrate(args, open_qa, hybrid.dense, dev_rows, dense_results)
+        report["calibration"] = calibrate(args, open_qa, searchers[chosen], dev_rows, dev_results[chosen])
+        report["calibration"]["searcher"] = chosen
         _write(args.output, report)
     _write(args.output, report)
 
@@ -248,7 +267,7 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         by_source[source] = abstention_rates(test_confidences[mask], test_correct[mask], test_answerable[mask],
                                              threshold)  # fmt: skip
     calibration.metadata = {
-        "fitted_on": "dev answers of the model's dense searcher, all question sources (unanswerable = wrong)",
+        "fitted_on": "dev answers of the model's own searcher, all question sources (unanswerable = wrong)",
         "dev_examples": len(features), "dev_correct": int(correct.sum()), "max_correct_abstained":
         args.max_correct_abstained, "dev": dev_rates, "test": test_rates,
     }  # fmt: skip

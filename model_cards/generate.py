@@ -386,6 +386,7 @@ def _system_names(shipped: str) -> dict[str, str]:
             f"bm25+reader ({shipped})": "BM25 (bm25s) + this reader", "bm25+reader (realm)": "BM25 (bm25s) + this reader",
             "bm25+reader": "BM25 (bm25s) + this reader",
             "minilm-mean": "mean-pooled all-MiniLM-L6-v2 (retrieval only)",
+            f"minilm-mean+reader ({shipped})": "mean-pooled all-MiniLM-L6-v2 + this reader",
             "finetune": "ICT + ORQA on the mixed questions (no REALM pretraining)",
             "finetune_realm": "ICT + REALM pretraining + ORQA on the mixed questions"}  # fmt: skip
 
