@@ -33,7 +33,9 @@ print("HEAVY", heavy, "CODE", code)
 @pytest.mark.parametrize(
     ("argv", "code"),
     [(["--help"], 0), (["index", "build", "--help"], 0), (["ask", "--top-k", "0", "q?"], 2), (["index", "build"], 2),
-     (["train", "--help"], 0), (["convert", "--help"], 0), (["evaluate"], 2)],
+     (["train", "--help"], 0), (["convert", "--help"], 0), (["evaluate"], 2), (["pretrain", "--help"], 0),
+     (["train", "--model", "m", "--train-file", "t", "--output-dir", "o", "--batch-size", "0", "--weight_decay", "0"],
+      2)],
 )  # fmt: skip
 def test_help_and_usage_errors_come_before_any_heavy_import(argv, code):
     result = subprocess.run([sys.executable, "-c", _HEAVY_AFTER, *argv], capture_output=True, text=True, env=ENV)

@@ -1,5 +1,6 @@
-"""Helpers shared by the `realm-hf` subcommands: the parser class, argparse types and the finished-run check. Imports
-nothing heavy: every parser is declared, and `--help` answered, before torch or Transformers load."""
+"""Helpers shared by the `realm-hf` subcommands: the parser class, argparse types, the Trainer flags of `train` and
+`pretrain`, and the finished-run check. Imports nothing heavy: every parser is declared, and `--help` answered, before
+torch or Transformers load (the Trainer flags' parser is built only when a command runs or `--help-trainer` asks)."""
 
 import argparse
 import json
@@ -63,6 +64,78 @@ def non_negative_int(value: str) -> int:
 def non_negative_float(value: str) -> float:
     """A finite number >= 0, or an argparse error that names what was received."""
     return _number_at_least(value, float, 0, "a number >= 0")
+
+
+TRAINER_FLAGS_HELP = """\
+Trainer flags: every transformers.TrainingArguments field is a flag of this command too, as --name or
+--name-with-dashes (--gradient_accumulation_steps 4, --weight-decay 0, --lr_scheduler_type cosine, --report_to
+tensorboard, ...), parsed by transformers.HfArgumentParser; `{prog} --help-trainer` lists them all (it loads
+Transformers: seconds). A Trainer flag not given keeps this command's recipe, not the TrainingArguments default:
+"""
+
+
+def add_trainer_flags(parser: argparse.ArgumentParser, required: tuple[str, ...] = ()) -> None:
+    """Lets `parser` (`realm-hf train` / `pretrain`) take every `TrainingArguments` field as a flag. The words it does
+    not define itself go to `args.trainer_argv` (`realm_hf.cli.main.parse_command_line`); `realm_hf.cli.main.main`
+    turns them into `args.trainer_flags` with [`parse_trainer_flags`], which loads Transformers, before the command
+    runs. `required`: fields that must be given (`("max_steps",)`). `--help-trainer` lists the flags."""
+    parser.add_argument("--help-trainer", action=TrainerHelpAction, help="list the Trainer flags (every "
+                        "TrainingArguments field) and exit; loads Transformers")  # fmt: skip
+    parser.set_defaults(trainer_argv=[], trainer_flags={}, required_trainer_flags=tuple(required))
+
+
+class TrainerHelpAction(argparse.Action):
+    """`--help-trainer`: prints the help of the Trainer flags' parser and exits, before required options are checked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        trainer_flag_parser(parser.prog).print_help()
+        parser.exit()
+
+
+def trainer_flag_parser(prog: str):
+    """A `transformers.HfArgumentParser` of `TrainingArguments` (`--name` and `--name-with-dashes` for each field),
+    whose flags have no defaults: only the flags given reach the namespace, so the command's recipe fills in the rest.
+    A usage error raises `UsageError` (one line, exit code 2 from `realm_hf.cli.main`)."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from realm_hf.errors import UsageError
+
+    class TrainerFlagParser(HfArgumentParser):
+        def add_argument(self, *names, **kwargs):
+            return super().add_argument(*names, **{**kwargs, "default": argparse.SUPPRESS})
+
+        def error(self, message: str):
+            raise UsageError(f"{message} (see `{self.prog} --help` and `{self.prog} --help-trainer`)")
+
+    return TrainerFlagParser(
+        TrainingArguments, prog=prog, add_help=False,
+        description=f"The Trainer flags of `{prog}`: every transformers.TrainingArguments field, as --name or "
+        f"--name-with-dashes. A flag not given keeps the command's recipe (`{prog} --help`), not the TrainingArguments "
+        "default. The command's own spellings (--output-dir, --batch-size, ...) take precedence over the same "
+        "fields here.",
+    )  # fmt: skip
+
+
+def parse_trainer_flags(words: list[str], prog: str, required: tuple[str, ...] = ()) -> dict:
+    """The `TrainingArguments` fields set by `words` (the command-line words `prog` does not define itself), e.g.
+    `["--weight_decay", "0.1", "--lr-scheduler-type", "constant"]` -> `{"weight_decay": 0.1, "lr_scheduler_type":
+    "constant"}`; fields not given are absent. A word that is not a Trainer flag, a bad value, a missing `required`
+    field or a step count (`--max-steps`, `--eval-steps`, `--save-steps`, `--logging-steps`) not above 0 raises
+    `UsageError`."""
+    from realm_hf.errors import UsageError
+
+    flags = vars(trainer_flag_parser(prog).parse_args(list(words)))
+    missing = [f"--{name.replace('_', '-')}" for name in required if name not in flags]
+    if missing:
+        raise UsageError(f"the following arguments are required: {', '.join(missing)} (see `{prog} --help`)")
+    for name in ("max_steps", "eval_steps", "save_steps", "logging_steps"):
+        if name in flags and not flags[name] > 0:
+            raise UsageError(f"argument --{name.replace('_', '-')}: expected a number > 0, got {flags[name]} (see "
+                             f"`{prog} --help`)")  # fmt: skip
+    return flags
 
 
 def finished_run(results_path: Path, max_steps: int) -> bool:

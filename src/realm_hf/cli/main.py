@@ -285,15 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
-    """`parser.parse_args(argv)`, except that a command taking Trainer flags (`train`, `pretrain`: their parsers set
-    `trainer_flags`) receives the words it does not define itself as `args.trainer_flags`, which it parses with
-    `HfArgumentParser` once Transformers is loaded (`realm_hf.cli.arguments.parse_trainer_flags`). Any other command
-    refuses such words at once, as `parse_args` does."""
+    """`parser.parse_args(argv)`, except that a command taking Trainer flags (`train`, `pretrain`: see
+    `realm_hf.cli.arguments.add_trainer_flags`) gets the words it does not define itself as `args.trainer_argv`, for
+    `HfArgumentParser` once Transformers loads ([`main`]). Any other command refuses them at once, as `parse_args`
+    does. Imports nothing heavy."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        if not hasattr(args, "trainer_flags"):
+        if not hasattr(args, "trainer_argv"):
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-        args.trainer_flags = unknown
+        args.trainer_argv = unknown
     return args
 
 
@@ -344,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        if hasattr(args, "trainer_argv"):  # `train`, `pretrain`: the Trainer flags, before the package's own imports
+            from .arguments import parse_trainer_flags
+
+            args.trainer_flags = parse_trainer_flags(args.trainer_argv, prog, args.required_trainer_flags)
         _finish_package_import()
         return args.func(args)
     except KeyboardInterrupt:

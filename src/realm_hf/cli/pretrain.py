@@ -10,7 +10,14 @@ from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import finished_run, non_negative_float, non_negative_int, positive_int
+from .arguments import (
+    TRAINER_FLAGS_HELP,
+    add_trainer_flags,
+    finished_run,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 
 HELP = """\
 Starts from an embedder (e.g. the ICT warm start's block_embedder/) and an encoder (a RealmKnowledgeAugEncoder or any
@@ -25,6 +32,18 @@ OUTPUT/checkpoints/ holds Trainer checkpoints (a re-run resumes from the last); 
 built from --embedder when no --index is given; OUTPUT/refresh/ the refreshed indexes (the newest 3 kept); at the end OUTPUT/embedder/ (RealmEmbedder + tokenizer), OUTPUT/encoder/ (RealmKnowledgeAugEncoder) and
 OUTPUT/index/ (the corpus embedded with the final embedder) and OUTPUT/pretrain_results.json (metrics log).
 """
+
+EPILOG = (
+    TRAINER_FLAGS_HELP.format(prog="realm-hf pretrain")
+    + """\
+  REALM's: --max-steps N (required, > 0), --learning-rate 3e-5, --weight-decay 0.01, --max-grad-norm 1.0,
+  --warmup-steps min(10000, max(100, steps / 10)), --logging-steps 10, --save-steps 100, --save-total-limit 2,
+  --seed 42, --optim adamw_torch_fused.
+--output-dir and --batch-size are this command's own, also spelled the Trainer's way (--output_dir,
+--per_device_train_batch_size; checkpoints go to OUTPUT/checkpoints/); --cpu sets --use_cpu, --quiet
+--disable_tqdm, --precision/--fp32 --bf16; --debug is the traceback switch, not TrainingArguments.debug.
+"""
+)
 
 
 def _tagger(documents, args):
@@ -60,10 +79,40 @@ def _sentences(output: Path, documents, tagger, include_title: bool) -> list[dic
     return rows
 
 
+def training_arguments(args):
+    """The `TrainingArguments` of a `realm-hf pretrain` run: REALM's recipe (lr 3e-5, weight decay 0.01, clipping at
+    1.0, [`pretraining_warmup_steps`]) and this command's defaults, overridden by its own flags (`--batch-size`,
+    `--precision`, ...), overridden by the Trainer flags given (`args.trainer_flags`, from
+    `realm_hf.cli.arguments.parse_trainer_flags`), of which `--max-steps` is required."""
+    import torch
+    from transformers import TrainingArguments
+
+    from realm_hf.errors import UsageError
+    from realm_hf.training import precision_settings, pretraining_warmup_steps
+
+    flags = args.trainer_flags
+    if "max_steps" not in flags:
+        raise UsageError("the following arguments are required: --max-steps (see `realm-hf pretrain --help`)")
+    try:
+        precision = precision_from_args(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    use_cpu = args.cpu or not torch.cuda.is_available()
+    settings = {
+        "output_dir": str(Path(args.output_dir) / "checkpoints"), "per_device_train_batch_size": args.batch_size,
+        "learning_rate": 3e-5, "weight_decay": 0.01, "max_grad_norm": 1.0,
+        "warmup_steps": pretraining_warmup_steps(flags["max_steps"]), "logging_steps": 10, "save_steps": 100,
+        "save_total_limit": 2, "seed": 42, "remove_unused_columns": False, "label_names": [], "report_to": [],
+        "dataloader_num_workers": 0, "disable_tqdm": args.quiet, "optim": "adamw_torch_fused", "use_cpu": use_cpu,
+    }  # fmt: skip
+    if "bf16" not in flags:
+        settings.update(precision_settings(precision, flags.get("use_cpu", use_cpu)))
+    return TrainingArguments(**{**settings, **flags})
+
+
 def cmd_pretrain(args) -> int:
     import datasets
     import torch
-    from transformers import TrainingArguments
 
     from realm_hf import RealmTokenizer
     from realm_hf.retrieval import ExactSearcher
@@ -76,25 +125,20 @@ def cmd_pretrain(args) -> int:
         RealmPretrainer,
         SalientSpanCollator,
         freeze_pretraining_unused_parameters,
-        precision_settings,
-        pretraining_warmup_steps,
     )
 
     from .index import open_corpus
 
     output = Path(args.output_dir)
     state = process_state()
-    try:
-        precision = precision_from_args(args)
-    except ValueError as error:
-        print(f"realm-hf pretrain: {error}", file=sys.stderr)
-        return 2
-    if not args.no_resume and finished_run(output / "pretrain_results.json", args.max_steps):
+    training_args = training_arguments(args)
+    precision = precision_from_args(args)
+    if not args.no_resume and finished_run(output / "pretrain_results.json", training_args.max_steps):
         return 0
     try:
         documents = open_corpus(args.documents)
         tokenizer = RealmTokenizer.from_pretrained(args.tokenizer or args.embedder)
-        torch.manual_seed(args.seed)
+        torch.manual_seed(training_args.seed)
         model = RealmForPretraining.from_parts(args.embedder, args.encoder or args.embedder)
     except (OSError, ValueError) as error:
         print(f"realm-hf pretrain: {error}", file=sys.stderr)
@@ -133,16 +177,7 @@ def cmd_pretrain(args) -> int:
                                    documents_dir=documents_dir, batch_size=args.embed_batch_size,
                                    max_length=args.block_length, threads=args.refresh_threads)  # fmt: skip
 
-    training_args = TrainingArguments(
-        output_dir=str(output / "checkpoints"), per_device_train_batch_size=args.batch_size, max_steps=args.max_steps,
-        learning_rate=args.learning_rate, weight_decay=0.01, max_grad_norm=1.0,
-        warmup_steps=args.warmup_steps if args.warmup_steps is not None else pretraining_warmup_steps(args.max_steps),
-        logging_steps=args.logging_steps, save_steps=args.save_steps, save_total_limit=2, seed=args.seed,
-        remove_unused_columns=False, label_names=[], report_to=[], dataloader_num_workers=0, disable_tqdm=args.quiet,
-        optim=args.optim, **{"use_cpu": not torch.cuda.is_available() or args.cpu,
-                              **precision_settings(precision, not torch.cuda.is_available() or args.cpu)},
-    )  # fmt: skip
-    collator = SalientSpanCollator(tokenizer, tagger, max_length=args.query_length, seed=args.seed)
+    collator = SalientSpanCollator(tokenizer, tagger, max_length=args.query_length, seed=training_args.seed)
     trainer = RealmPretrainer(model=model, args=training_args, train_dataset=datasets.Dataset.from_list(rows),
                               data_collator=collator, candidates=candidates, refresher=refresher,
                               retriever_learning_rate=args.retriever_learning_rate,
@@ -158,9 +193,10 @@ def cmd_pretrain(args) -> int:
         if refresher is not None and final.is_dir():
             shutil.rmtree(output / "index", ignore_errors=True)
             shutil.copytree(final, output / "index")
-        summary = {"max_steps": args.max_steps, "global_step": trainer.state.global_step, "seconds": round(seconds, 1),
-                   "sentences": len(rows), "index_step": candidates.index_step, "refresh": args.refresh,
-                   "refresh_every": args.refresh_every, "log": trainer.state.log_history}  # fmt: skip
+        summary = {"max_steps": training_args.max_steps, "global_step": trainer.state.global_step,
+                   "seconds": round(seconds, 1), "sentences": len(rows), "index_step": candidates.index_step,
+                   "refresh": args.refresh, "refresh_every": args.refresh_every,
+                   "log": trainer.state.log_history}  # fmt: skip
         (output / "pretrain_results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         last = next((entry for entry in reversed(trainer.state.log_history) if "retrieval_utility" in entry), {})
         print(
@@ -171,7 +207,8 @@ def cmd_pretrain(args) -> int:
 
 def add_parser(subparsers) -> None:
     pretrain = subparsers.add_parser("pretrain", help="REALM pretraining: retrieval-augmented MLM with index refresh",
-                                     description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                     description=HELP, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     pretrain.add_argument("--embedder", required=True, help="RealmEmbedder checkpoint to start the retriever from "
                                                              "(e.g. ICT's block_embedder); also the tokenizer")  # fmt: skip
     pretrain.add_argument("--encoder", help="RealmKnowledgeAugEncoder or BERT checkpoint for the encoder "
@@ -179,18 +216,16 @@ def add_parser(subparsers) -> None:
     pretrain.add_argument("--tokenizer", help="tokenizer directory (default: --embedder)")
     pretrain.add_argument("--documents", required=True, help="the corpus: a document store directory")
     pretrain.add_argument("--index", help="the index of --documents made with --embedder (default: built first)")
-    pretrain.add_argument("--output-dir", required=True, help="checkpoints, refreshed indexes and the final model")
-    pretrain.add_argument("--max-steps", type=positive_int, required=True, help="optimizer steps")
-    pretrain.add_argument("--batch-size", type=positive_int, default=8, help="sentences per step per process")
-    pretrain.add_argument("--learning-rate", type=float, default=3e-5, help="peak learning rate (REALM: 3e-5)")
+    pretrain.add_argument("--output-dir", "--output_dir", required=True, metavar="OUTPUT",
+                          help="checkpoints, refreshed indexes and the final model")  # fmt: skip
+    pretrain.add_argument("--batch-size", "--per_device_train_batch_size", "--per-device-train-batch-size",
+                          type=positive_int, default=8, metavar="N",
+                          help="sentences per step per process (default: 8)")  # fmt: skip
     pretrain.add_argument("--retriever-learning-rate", type=non_negative_float,
                           help="peak learning rate of the embedder (default: --learning-rate)")  # fmt: skip
     pretrain.add_argument("--retriever-start-step", type=non_negative_int, default=0,
                           help="steps before the embedder starts learning (its learning rate is 0 until then, then "
                                "warms up): lets an encoder with a fresh MLM head learn to read blocks first")  # fmt: skip
-    pretrain.add_argument("--optim", default="adamw_torch_fused", help="a TrainingArguments optimizer name (default: "
-                          "adamw_torch_fused)")  # fmt: skip
-    pretrain.add_argument("--warmup-steps", type=int, help="default: REALM's min(10000, max(100, steps / 10))")
     pretrain.add_argument("--num-candidates", type=positive_int, default=8, help="null document + retrieved blocks "
                                                                                    "per sentence (REALM: 8)")  # fmt: skip
     pretrain.add_argument("--query-length", type=positive_int, default=96, help="wordpieces per sentence (REALM: 96)")
@@ -206,9 +241,6 @@ def add_parser(subparsers) -> None:
                           help="read each sentence after its block's title (unmasked context): for corpora of titled "
                                "records whose sentences do not name their subject; REALM's sentences have none")  # fmt: skip
     pretrain.add_argument("--entities", help="a text file of entity names to mask, one per line (besides titles)")
-    pretrain.add_argument("--logging-steps", type=positive_int, default=10, help="steps between logged metrics")
-    pretrain.add_argument("--save-steps", type=positive_int, default=100, help="steps between checkpoints")
-    pretrain.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
     pretrain.add_argument("--freeze-word-embeddings", action="store_true",
                           help="keep the word embeddings (and the tied MLM decoder) fixed: about half the optimizer "
                                "work for MiniLM-sized models on a CPU; not REALM's recipe")  # fmt: skip
@@ -216,4 +248,5 @@ def add_parser(subparsers) -> None:
     add_precision_argument(pretrain)
     pretrain.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
     pretrain.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_trainer_flags(pretrain, required=("max_steps",))
     pretrain.set_defaults(func=cmd_pretrain)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import finished_run, positive_int
+from .arguments import TRAINER_FLAGS_HELP, add_trainer_flags, finished_run, positive_int
 
 HELP = """\
 Data: JSON lines (or .json / .csv / .parquet), one question each: {"question": str, "answers": [str, ...]} (NQ-open)
@@ -25,6 +25,20 @@ the corpus is tokenized once into OUTPUT/blocks.safetensors.
 The best checkpoint by dev exact match ends up in OUTPUT (with its tokenizer); a re-run resumes from the last
 checkpoint in OUTPUT.
 """
+
+EPILOG = (
+    TRAINER_FLAGS_HELP.format(prog="realm-hf train")
+    + """\
+  ORQA's (orqa_training_arguments): --learning-rate 1e-5, --weight-decay 0.01, --lr-scheduler-type linear,
+  --warmup-steps min(10000, max(100, steps / 10)), --max-grad-norm 1.0, --eval-steps and --save-steps a tenth of the
+  run, --logging-steps min(50, eval steps), --save-total-limit 2, the best dev exact match kept; and --optim
+  adamw_torch_fused (ORQA's AdamW in one fused kernel), --seed 42. --max-steps (> 0) excludes --num-epochs.
+--output-dir, --batch-size, --eval-batch-size and --num-epochs are this command's own, also spelled the Trainer's
+way (--output_dir, --per_device_train_batch_size, --per_device_eval_batch_size, --num_train_epochs); --cpu sets
+--use_cpu, --quiet --disable_tqdm, --precision/--fp32 --bf16; --debug is the traceback switch, not
+TrainingArguments.debug.
+"""
+)
 
 
 def _load_rows(path: str | None, dataset: str | None, split: str):
@@ -59,19 +73,55 @@ def _documents(args):
     return RealmRetriever.from_pretrained(args.model).block_records
 
 
+def _check_length(args) -> None:
+    """`--max-steps` (a Trainer flag) and `--num-epochs` exclude each other: a usage error, before any data is read."""
+    from realm_hf.errors import UsageError
+
+    if "max_steps" in args.trainer_flags and args.num_epochs is not None:
+        raise UsageError("argument --num-epochs: not allowed with argument --max-steps (see `realm-hf train --help`)")
+
+
+def training_arguments(args, num_examples: int, evaluate: bool = True, world_size: int = 1):
+    """The `TrainingArguments` of a `realm-hf train` run: ORQA's recipe ([`orqa_training_arguments`]) and this
+    command's defaults, overridden by its own flags (`--batch-size`, `--num-epochs`, `--precision`, ...), overridden
+    by the Trainer flags given (`args.trainer_flags`, from `realm_hf.cli.arguments.parse_trainer_flags`).
+
+    Args:
+        args (`argparse.Namespace`): the parsed `realm-hf train` command line, with its Trainer flags.
+        num_examples (`int`): training questions, for the steps of `--num-epochs` when no `--max-steps` is given.
+        evaluate (`bool`): whether there is a dev set; without one, no evaluation and no best checkpoint.
+        world_size (`int`): data-parallel processes, for the steps of `--num-epochs`.
+    """
+    import torch
+
+    from realm_hf.errors import UsageError
+    from realm_hf.training import num_update_steps, orqa_training_arguments
+
+    _check_length(args)
+    flags = dict(args.trainer_flags)
+    max_steps = flags.pop("max_steps", None) or num_update_steps(num_examples, args.batch_size, args.num_epochs or 1.0,
+                                                                 world_size)  # fmt: skip
+    try:
+        precision = precision_from_args(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    settings = {"per_device_train_batch_size": args.batch_size, "per_device_eval_batch_size": args.eval_batch_size,
+                "optim": "adamw_torch_fused", "seed": 42, "disable_tqdm": args.quiet,
+                "use_cpu": args.cpu or not torch.cuda.is_available(), **flags}  # fmt: skip
+    if not evaluate:
+        settings.update({"eval_strategy": "no", "load_best_model_at_end": False, "metric_for_best_model": None})
+    return orqa_training_arguments(str(args.output_dir), max_steps, eval_steps=settings.pop("eval_steps", None),
+                                   precision=precision, **settings)  # fmt: skip
+
+
 def cmd_train(args) -> int:
     import torch
 
     from realm_hf import RealmForOpenQA, RealmTokenizer
     from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever, tokenize_corpus
-    from realm_hf.training import (
-        OpenQACollator,
-        OpenQATrainer,
-        freeze_word_embeddings,
-        num_update_steps,
-        orqa_training_arguments,
-    )
+    from realm_hf.training import OpenQACollator, OpenQATrainer, freeze_word_embeddings
 
+    _check_length(args)
     output = Path(args.output_dir)
     try:
         train_rows = _load_rows(args.train_file, args.dataset, args.train_split)
@@ -83,26 +133,11 @@ def cmd_train(args) -> int:
         return 1
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    max_steps = args.max_steps or num_update_steps(len(train_rows), args.batch_size, args.num_epochs, world_size)
+    training_args = training_arguments(args, len(train_rows), evaluate=dev_rows is not None,
+                                       world_size=world_size)  # fmt: skip
+    max_steps = training_args.max_steps
     if not args.no_resume and finished_run(output / "train_results.json", max_steps):
         return 0
-    eval_steps = args.eval_steps or max(1, max_steps // 10)
-    overrides = {"per_device_train_batch_size": args.batch_size, "per_device_eval_batch_size": args.eval_batch_size,
-                 "learning_rate": args.learning_rate, "seed": args.seed, "save_total_limit": args.save_total_limit,
-                 "disable_tqdm": args.quiet, "optim": args.optim, "use_cpu": not torch.cuda.is_available() or args.cpu}  # fmt: skip
-    if args.logging_steps:
-        overrides["logging_steps"] = args.logging_steps
-    if args.warmup_steps is not None:
-        overrides["warmup_steps"] = args.warmup_steps
-    if dev_rows is None:
-        overrides.update({"eval_strategy": "no", "load_best_model_at_end": False, "metric_for_best_model": None})
-    try:
-        precision = precision_from_args(args)
-    except ValueError as error:
-        print(f"realm-hf train: {error}", file=sys.stderr)
-        return 2
-    training_args = orqa_training_arguments(str(output), max_steps, eval_steps=eval_steps, precision=precision,
-                                            **overrides)  # fmt: skip
 
     tokenizer = RealmTokenizer.from_pretrained(args.model)
     documents = _documents(args)
@@ -151,7 +186,8 @@ def cmd_train(args) -> int:
 
 def add_parser(subparsers) -> None:
     train = subparsers.add_parser("train", help="fine-tune a RealmForOpenQA model on question/answer pairs (ORQA)",
-                                  description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                  description=HELP, epilog=EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     train.add_argument("--model", required=True, help="directory or Hub repo id of the RealmForOpenQA to start from")
     data = train.add_mutually_exclusive_group(required=True)
     data.add_argument("--train-file", help="training questions (.jsonl / .json / .csv / .parquet)")
@@ -161,32 +197,24 @@ def add_parser(subparsers) -> None:
     )
     train.add_argument("--train-split", default="train", help="split of --dataset to train on (default: train)")
     train.add_argument("--dev-split", default=None, help="split of --dataset to evaluate on (e.g. validation)")
-    train.add_argument("--output-dir", required=True, help="checkpoints, the tokenized corpus and the final model")
+    train.add_argument("--output-dir", "--output_dir", required=True, metavar="OUTPUT",
+                       help="checkpoints, the tokenized corpus and the final model")  # fmt: skip
     train.add_argument("--index", help="an index directory to search instead of the model's block_emb")
     train.add_argument("--documents", help="the corpus the block ids point into (default: the index's documents/ "
                                            "or the model's block records)")  # fmt: skip
-    length = train.add_mutually_exclusive_group()
-    length.add_argument("--max-steps", type=positive_int, help="optimizer steps")
-    length.add_argument("--num-epochs", type=float, default=1.0, help="epochs over the training set (default: 1)")
-    train.add_argument(
-        "--batch-size", type=positive_int, default=8, help="questions per step per process (default: 8)"
-    )
-    train.add_argument("--eval-batch-size", type=positive_int, default=16, help="questions per evaluation batch")
-    train.add_argument("--learning-rate", type=float, default=1e-5, help="peak learning rate (ORQA: 1e-5)")
-    train.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default: ORQA's min(10000, max(100, "
-                                                        "steps / 10)))")  # fmt: skip
-    train.add_argument("--optim", default="adamw_torch_fused", help="a TrainingArguments optimizer name (default: "
-                       "adamw_torch_fused: ORQA's AdamW in one fused kernel)")  # fmt: skip
-    train.add_argument("--eval-steps", type=positive_int, help="steps between evaluations/checkpoints "
-                                                               "(default: a tenth of the run)")  # fmt: skip
-    train.add_argument("--logging-steps", type=positive_int, help="steps between logged losses")
+    train.add_argument("--num-epochs", "--num_train_epochs", "--num-train-epochs", type=float, metavar="N",
+                       help="epochs over the training set, when no --max-steps (default: 1)")  # fmt: skip
+    train.add_argument("--batch-size", "--per_device_train_batch_size", "--per-device-train-batch-size",
+                       type=positive_int, default=8, metavar="N",
+                       help="questions per step per process (default: 8)")  # fmt: skip
+    train.add_argument("--eval-batch-size", "--per_device_eval_batch_size", "--per-device-eval-batch-size",
+                       type=positive_int, default=16, metavar="N",
+                       help="questions per evaluation batch (default: 16)")  # fmt: skip
     train.add_argument("--searcher-beam-size", type=positive_int, help="blocks retrieved per training question "
                                                                        "(default: the model's, 5000 for Hub models)")  # fmt: skip
     train.add_argument("--reader-beam-size", type=positive_int, help="blocks read per question (default: the model's)")
     train.add_argument("--max-question-length", type=positive_int, default=64, help="wordpieces per question")
     train.add_argument("--max-block-length", type=positive_int, default=288, help="wordpieces kept per block")
-    train.add_argument("--save-total-limit", type=positive_int, default=2, help="checkpoints kept (default: 2)")
-    train.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
     train.add_argument(
         "--freeze-word-embeddings",
         action="store_true",
@@ -196,4 +224,5 @@ def add_parser(subparsers) -> None:
     add_precision_argument(train)
     train.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_trainer_flags(train)
     train.set_defaults(func=cmd_train)
