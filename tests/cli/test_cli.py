@@ -98,6 +98,31 @@ def test_ask_with_hybrid_and_bm25_searchers(demo_dir, capsys):
     assert json.loads(capsys.readouterr().out)["answer"]
 
 
+def test_ask_keeps_the_models_own_searcher_unless_told(demo_dir):
+    pytest.importorskip("bm25s")
+    from realm_hf.cli.main import _choose_searcher
+    from realm_hf.loading import load_open_qa
+    from realm_hf.retrieval import ExactSearcher, HybridSearcher
+    from realm_hf.retrieval.hybrid import hybrid_searcher_for
+
+    model, _ = load_open_qa(demo_dir)
+    own = model.searcher = hybrid_searcher_for(model, bm25_fraction=0.6)  # as a searcher.json would set it
+    _choose_searcher(model, None, None)
+    assert model.searcher is own
+    _choose_searcher(model, None, 0.2)  # a new share of BM25 slots, the same BM25 index
+    assert isinstance(model.searcher, HybridSearcher) and model.searcher.bm25_fraction == 0.2
+    assert model.searcher.bm25 is own.bm25
+    _choose_searcher(model, "bm25", None)
+    assert model.searcher.bm25_fraction == 1.0
+    _choose_searcher(model, "dense", None)
+    assert isinstance(model.searcher, ExactSearcher)
+    _choose_searcher(model, "hybrid", None)  # from dense: the documented default share
+    assert model.searcher.bm25_fraction == 0.4
+    model.searcher = None  # the 4.x layout: no index, block_emb in the model; "dense" leaves it so
+    _choose_searcher(model, "dense", None)
+    assert model.searcher is None
+
+
 def test_ask_batches_give_the_answers_of_single_questions(demo_dir, capsys):
     questions = ["Who wrote Hamlet?", "What is the capital of Japan?", "Where does the Nile flow?"]
     main(["ask", "--model", str(demo_dir), "--json", "--batch-size", "3", *questions])

@@ -34,6 +34,28 @@ examples:
 """
 
 
+def _choose_searcher(model, searcher: str | None, bm25_fraction: float | None) -> None:
+    """Sets which blocks `model` reads for `--searcher` / `--bm25-fraction`; `None` keeps the model's own choice (its
+    `searcher.json`: hybrid candidates, else dense)."""
+    from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
+
+    own = model.searcher
+    if searcher is None:
+        if bm25_fraction is None or not isinstance(own, HybridSearcher):
+            return
+        searcher = "hybrid"
+    if searcher == "dense":
+        if isinstance(own, HybridSearcher):
+            model.searcher = own.dense
+        return
+    if searcher == "bm25":
+        bm25_fraction = 1.0
+    elif bm25_fraction is None:
+        bm25_fraction = own.bm25_fraction if isinstance(own, HybridSearcher) else 0.4
+    bm25 = own.bm25 if isinstance(own, HybridSearcher) else None
+    model.searcher = hybrid_searcher_for(model, bm25_fraction=bm25_fraction, bm25=bm25)
+
+
 def _load(model_path: str, index: str | None = None):
     from realm_hf.loading import load_open_qa
 
@@ -196,12 +218,7 @@ def cmd_ask(args) -> int:
             f"could not load a REALM open-QA model from {model_path!r}: {one_line(error)} (--model takes a directory "
             "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
         ) from error
-    if args.searcher != "dense":
-        from realm_hf.retrieval.hybrid import hybrid_searcher_for
-
-        model.searcher = hybrid_searcher_for(
-            model, bm25_fraction=1.0 if args.searcher == "bm25" else args.bm25_fraction
-        )
+    _choose_searcher(model, args.searcher, args.bm25_fraction)
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
                                abstention_threshold=args.abstention_threshold)  # fmt: skip
     _print_answers(results, as_json=args.json)
@@ -251,15 +268,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--top-k", type=positive_int, default=1, help="answers per question, best first (default: 1)")
     ask.add_argument("--json", action="store_true", help="print one JSON object per answer")
-    ask.add_argument("--searcher", choices=("dense", "hybrid", "bm25"), default="dense",
-                     help="which blocks are read: the model's dense search (default), the union of dense and BM25 "
-                          "candidates (hybrid), or BM25's alone; all scored by the model's own relevance")  # fmt: skip
+    ask.add_argument("--searcher", choices=("dense", "hybrid", "bm25"), default=None,
+                     help="which blocks are read: the model's dense search, the union of dense and BM25 candidates "
+                          "(hybrid), or BM25's alone; all scored by the model's own relevance (default: the model's "
+                          "own choice, its searcher.json, else dense)")  # fmt: skip
     ask.add_argument(
         "--bm25-fraction",
         type=_unit_interval,
-        default=0.4,
+        default=None,
         metavar="F",
-        help="with --searcher hybrid, the share of the blocks read that BM25 chooses (default: 0.4)",
+        help="with hybrid candidates, the share of the blocks read that BM25 chooses (default: the model's "
+        "searcher.json, else 0.4)",
     )
     ask.add_argument("--abstention-threshold", type=_unit_interval, default=None, metavar="P",
                      help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
