@@ -248,6 +248,21 @@ def test_evaluate_takes_an_index(demo_dir, index_layout, tmp_path):
     assert metrics["num_questions"] == 1 and "recall@5" in json.dumps(metrics)
 
 
+def test_evaluate_reads_a_hybrid_model_directory(index_layout, tmp_path):
+    pytest.importorskip("bm25s")
+    from realm_hf.evaluation.realm import RealmOpenQASystem
+
+    directory = tmp_path / "hybrid"
+    shutil.copytree(index_layout, directory)
+    (directory / "searcher.json").write_text('{"searcher": "hybrid", "bm25_fraction": 1.0}')
+    system = RealmOpenQASystem.from_pretrained(directory)
+    questions = ["Who wrote Hamlet?", "Where does the Nile flow?"]
+    ids = system.retrieve_ids(questions, 3)  # BM25's blocks alone (fraction 1), ranked by the model's relevance
+    bm25 = system.model.searcher.bm25.search_text([q.lower() for q in questions], 3).ids
+    assert [sorted(row) for row in ids.tolist()] == [sorted(row) for row in torch.as_tensor(bm25).tolist()]
+    assert len(system.answer(questions)) == 2
+
+
 def test_an_index_smaller_than_the_beam_is_read_whole(demo_dir, tmp_path, monkeypatch):
     """Three documents and a model that reads 5 blocks: the beams are capped (with a warning), not an error."""
     corpus = tmp_path / "three.jsonl"
