@@ -102,6 +102,11 @@ def test_training_updates_question_encoder_and_reader_only_and_keeps_the_best_ch
     assert best > initial["eval_exact_match"]  # it learns the training questions
     assert trainer.state.best_model_checkpoint is not None
     assert trainer.evaluate()["eval_exact_match"] == best  # the best checkpoint is the one loaded at the end
+    # No pickle among what training writes: the arguments are JSON, in every checkpoint and the saved model.
+    trainer.save_model(str(tmp_path / "final"))
+    for directory in [*(tmp_path / "out").glob("checkpoint-*"), tmp_path / "final"]:
+        assert not (directory / "training_args.bin").exists()
+        assert json.loads((directory / "training_args.json").read_text())["max_steps"] == 24
 
     after = model.state_dict()
     assert torch.equal(after["block_emb"], before["block_emb"])  # block embeddings are frozen

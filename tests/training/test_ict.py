@@ -291,6 +291,8 @@ def test_three_trainer_steps_run_log_and_save(tokenizer, tmp_path):
     for name in ("query_embedder", "block_embedder"):
         assert isinstance(RealmEmbedder.from_pretrained(tmp_path / "final" / name), RealmEmbedder)
     assert (tmp_path / "final" / "vocab.txt").exists()
+    assert (tmp_path / "final" / "training_args.json").is_file()  # the Trainer's pickled training_args.bin, as JSON
+    assert not (tmp_path / "final" / "training_args.bin").exists()
 
 
 def test_ict_training_arguments_are_orqas_recipe():

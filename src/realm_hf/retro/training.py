@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from transformers import Trainer
 from transformers.utils import logging
 
+from ..training.trainer_files import JsonTrainingArgumentsMixin
 from .database import RetroChunks
 
 logger = logging.get_logger(__name__)
@@ -152,7 +153,7 @@ def evaluate_bits_per_byte(model, dataset: Dataset, collator: RetroCollator, *, 
     return result
 
 
-class RetroTrainer(Trainer):
+class RetroTrainer(JsonTrainingArgumentsMixin, Trainer):
     r"""
     `Trainer` for RETRO: batches come from a [`RetroCollator`], and `evaluate()` reports the held-out loss, perplexity
     and bits per byte with retrieval on, off and with shuffled neighbours (`eval_on_loss`, `eval_off_loss`,

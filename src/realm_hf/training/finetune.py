@@ -31,6 +31,7 @@ from transformers.utils import logging
 
 from ..evaluation.metrics import exact_match, f1_score
 from ..precision import resolve_precision
+from .trainer_files import JsonTrainingArgumentsMixin
 
 logger = logging.get_logger(__name__)
 
@@ -188,7 +189,7 @@ def orqa_training_arguments(
     return TrainingArguments(**settings)
 
 
-class OpenQATrainer(Trainer):
+class OpenQATrainer(JsonTrainingArgumentsMixin, Trainer):
     r"""
     `Trainer` for [`RealmForOpenQA`] open-QA fine-tuning.
 

@@ -30,6 +30,7 @@ from ..modeling import RealmConfig, RealmEmbedder, RealmPreTrainedModel
 from ..modeling.modeling_realm import fp32_einsum
 from ..retrieval.embedding import encode_blocks
 from .finetune import orqa_warmup_steps, precision_settings
+from .trainer_files import JsonTrainingArgumentsMixin
 
 logger = logging.get_logger(__name__)
 
@@ -396,7 +397,7 @@ def ict_training_arguments(
     return TrainingArguments(**settings)
 
 
-class ICTTrainer(Trainer):
+class ICTTrainer(JsonTrainingArgumentsMixin, Trainer):
     r"""
     `Trainer` for [`RealmICTModel`] that also logs the in-batch `accuracy` (mean since the last log).
 

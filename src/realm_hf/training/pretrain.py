@@ -41,6 +41,7 @@ from ..retrieval.embedding import encode_blocks
 from .finetune import freeze_unused_parameters, orqa_warmup_steps
 from .ict import split_sentences
 from .salient_spans import IGNORE_INDEX
+from .trainer_files import JsonTrainingArgumentsMixin
 
 logger = logging.get_logger(__name__)
 
@@ -402,7 +403,7 @@ def freeze_pretraining_unused_parameters(model: RealmForPretraining) -> list[str
 # trainer
 
 
-class RealmPretrainer(Trainer):
+class RealmPretrainer(JsonTrainingArgumentsMixin, Trainer):
     r"""
     `Trainer` for [`RealmForPretraining`]: retrieves the candidates of every batch with `candidates`
     ([`PretrainingCandidates`]), logs `mlm_loss`, `retrieval_utility`, `null_probability` and `index_staleness`
