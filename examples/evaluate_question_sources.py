@@ -22,6 +22,7 @@ Writes one JSON (--output) with every number; the model card and docs/default-mo
 """
 
 import argparse
+import importlib.util
 import json
 import logging
 import random
@@ -144,6 +145,8 @@ def main(argv=None) -> None:
     parser.add_argument("--max-correct-abstained", type=float, default=0.25)
     parser.add_argument("--plot", type=Path, default=None, help="accuracy-coverage PNG (with --fit-calibration)")
     args = parser.parse_args(argv)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:  # before the work, not after it
+        raise SystemExit("--plot needs matplotlib: pip install 'realm_hf[plot]'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_grad_enabled(False)
 

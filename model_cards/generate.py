@@ -474,7 +474,8 @@ def default_model_card() -> Card | None:
             summary=(
                 "A REALM/ORQA open-domain QA model trained end to end by realm_hf, offline, on a 2-core CPU: a "
                 "MiniLM retriever warm-started with the Inverse Cloze Task, and a MiniLM reader fine-tuned with the "
-                "question encoder (ORQA recipe) on questions about the CIA World Factbook."
+                "question encoder (ORQA recipe), first on CIA World Factbook questions, then on 24,789 questions of "
+                "six kinds (factbook fields, quiz files, cloze and title questions from Wikipedia, elements)."
             ),
             description=(
                 "Corpus: 43,829 passages, the lead summaries of the 10,033 English Wikipedia Level-4 vital articles "
@@ -486,8 +487,10 @@ def default_model_card() -> Card | None:
             base_model="sentence-transformers/all-MiniLM-L6-v2",
             training_data=(
                 "ICT over the corpus (pseudo-queries: a sentence, removed from its block 90% of the time, or the "
-                "block title half the time), then fine-tuning on the factbook questions of the training countries "
-                "(`realm_hf.data.questions`); see the regeneration command below."
+                "block title half the time); ORQA fine-tuning on the factbook questions of the training countries "
+                "(`realm_hf.data.questions`); then ORQA fine-tuning continued on the mixed training questions of "
+                "`realm_hf.data.question_sources` (passage-disjoint from every dev and test set), the block encoder "
+                "and index unchanged; see the regeneration command below."
             ),
             license="apache-2.0",
             tags=["factbook", "wikipedia", "minilm"],
