@@ -84,12 +84,21 @@ class TimedRetriever:
     def __len__(self) -> int:
         return len(self.retriever)
 
-    def __call__(self, *args, **kwargs):
+    def _timed(self, method, *args, **kwargs):
         start = time.perf_counter()
         try:
-            return self.retriever(*args, **kwargs)
+            return method(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
+
+    def __call__(self, *args, **kwargs):  # the 4.x call: (block_ids, question_ids, answer_ids, max_length)
+        return self._timed(self.retriever, *args, **kwargs)
+
+    def retrieve(self, *args, **kwargs):  # the batched Retriever protocol the model calls since issue 15
+        return self._timed(self.retriever.retrieve, *args, **kwargs)
+
+    def __getattr__(self, name):  # tokenizer, block_records, ...: the wrapped retriever's
+        return getattr(self.retriever, name)
 
 
 class TimedSearcher:
