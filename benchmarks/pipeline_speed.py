@@ -95,6 +95,10 @@ def measure_current(model_dir: str, questions: list[str], batch_size: int, repea
 
     torch.set_grad_enabled(False)
     open_qa = pipeline("open-qa", model=model_dir, device="cpu")
+    if hasattr(open_qa.model.searcher, "dense"):
+        # The default model reads hybrid candidates (its searcher.json); the bare forward and the baseline tree search
+        # dense, so this tree does too: the same blocks everywhere.
+        open_qa.model.searcher = open_qa.model.searcher.dense
     return time_bare_and_pipeline(open_qa, questions, batch_size, repeats)
 
 
