@@ -185,10 +185,7 @@ def find_retrieval(
         # The model's own index, read as the model directory asks (searcher.json: hybrid candidates, or dense).
         from .retrieval.hybrid import load_searcher_settings, with_searcher_settings
 
-        settings = load_searcher_settings(directory)
-        searcher = with_searcher_settings(searcher, records, settings)
-        if settings is not None:
-            sources["searcher"] = settings["searcher"]
+        searcher = with_searcher_settings(searcher, records, load_searcher_settings(directory))
     if tokenizer is None:
         from transformers import AutoTokenizer
 

@@ -73,12 +73,11 @@ class RealmOpenQASystem:
         question_embedding = self.model.embedder(**inputs, return_dict=True).projected_score.float()  # (Q, D)
         searcher = self.model.searcher
         if searcher is not None:
-            k = min(k, searcher.num_blocks)
-            if hasattr(searcher, "query_texts"):  # a HybridSearcher: BM25 reads the questions as the pipeline does
-                texts = self.retriever.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
-                with searcher.query_texts(texts):
-                    return torch.as_tensor(searcher.search(question_embedding, k).ids).to(torch.long).cpu()
-            return torch.as_tensor(searcher.search(question_embedding, k).ids).to(torch.long).cpu()
+            from ..retrieval.hybrid import searching_for
+
+            with searching_for(searcher, self.retriever.tokenizer, inputs["input_ids"]):  # as the pipeline searches
+                ids = searcher.search(question_embedding, min(k, searcher.num_blocks)).ids
+            return torch.as_tensor(ids).to(torch.long).cpu()
         block_emb = self.model.block_emb
         scores = question_embedding.to(block_emb.device, block_emb.dtype) @ block_emb.T  # (Q, num_blocks)
         return torch.topk(scores, k=min(k, block_emb.shape[0]), dim=-1).indices.cpu()  # (Q, k)

@@ -30,6 +30,7 @@ from transformers.utils import logging
 from ..evaluation.calibration import CALIBRATION_FILE, MAX_MARGIN, Calibration
 from ..loading import check_searcher_fits, find_retrieval, fit_beam_sizes, save_open_qa
 from ..modeling import RealmForOpenQA
+from ..retrieval.hybrid import searching_for
 from ..retrieval.interfaces import BlockOffsets, Retriever, TitledRecords
 from .questions import check_question, encode_question
 
@@ -220,11 +221,7 @@ class OpenQAPipeline(Pipeline):
         inputs = {
             key: model_inputs[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in model_inputs
         }
-        searcher = getattr(self.model, "searcher", None)
-        if hasattr(searcher, "query_texts"):  # a HybridSearcher: BM25 needs the question text
-            with searcher.query_texts(self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)):
-                spans = self.model.score_spans(**inputs)
-        else:
+        with searching_for(getattr(self.model, "searcher", None), self.tokenizer, inputs["input_ids"]):
             spans = self.model.score_spans(**inputs)
         batch_size, num_read, num_candidates = spans.span_logits.shape
         span_mask = spans.span_mask

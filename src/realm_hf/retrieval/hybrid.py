@@ -42,6 +42,7 @@ __all__ = [
     "hybrid_searcher_for",
     "load_searcher_settings",
     "save_searcher_settings",
+    "searching_for",
     "with_searcher_settings",
 ]
 
@@ -185,6 +186,15 @@ def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None) -> HybridS
     if bm25 is None:
         bm25 = bm25_for_records(model.retriever.block_records)
     return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction)
+
+
+def searching_for(searcher, tokenizer, input_ids: torch.Tensor):
+    """The context in which `searcher` searches for the questions `input_ids` (`(B, L)` wordpieces): a searcher that
+    needs the question texts (a [`HybridSearcher`]: BM25 reads them) is told them, decoded from the wordpieces; any
+    other searcher (or `None`) needs nothing, and nothing is decoded."""
+    if not hasattr(searcher, "query_texts"):
+        return contextlib.nullcontext(searcher)
+    return searcher.query_texts(tokenizer.batch_decode(input_ids, skip_special_tokens=True))
 
 
 def bm25_for_records(records):
