@@ -249,3 +249,50 @@ def test_left_truncation_keeps_the_last_wordpieces(setup):
                 block_ids, question.input_ids, answers, max_length=max_length
             ),
         )
+
+
+@pytest.mark.parametrize("truncation_side", ["right", "left"])
+@pytest.mark.parametrize("max_length", [12, 14, 320])
+def test_unread_blocks_are_labelled_without_their_rows(setup, truncation_side, max_length):
+    """With num_read, only the read blocks get reader rows; has_answers of the others comes from their wordpieces
+    (`blocks_holding_answer`) and equals what rows for every block give, truncation included."""
+    import copy
+
+    tokenizer, _, _, retriever, _ = setup
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.truncation_side = truncation_side
+    retriever = PreTokenizedRetriever(retriever.blocks, tokenizer)
+    block_ids, questions, answers = _batch(tokenizer, seed=2)
+    every_row = retriever.retrieve(block_ids, questions, answers, max_length=max_length)
+    read_two = retriever.retrieve(block_ids, questions, answers, max_length=max_length, num_read=2)
+    assert read_two.concat_inputs["input_ids"].shape[:2] == (4, 2)
+    assert torch.equal(every_row.has_answers, read_two.has_answers)
+    assert bool(read_two.has_answers[:, 2:].any())  # the unread blocks hold answers to find
+    matches = read_two.start_pos.shape[-1]
+    for field in ("start_pos", "end_pos"):
+        expected = getattr(every_row, field)[:, :2]
+        assert torch.equal(expected[..., :matches], getattr(read_two, field))
+        assert bool((expected[..., matches:] == -1).all())
+
+
+def test_blocks_holding_answer_matches_whole_answers_inside_blocks():
+    from realm_hf.retrieval.pretokenized import blocks_holding_answer
+
+    token_ids = np.array([5, 6, 7, 8, 9, 5, 6, 1, 2, 3])
+    starts, lengths = np.array([0, 4, 7, 3]), np.array([4, 3, 3, 0])  # [5 6 7 8] [9 5 6] [1 2 3] []
+    assert blocks_holding_answer(token_ids, starts, lengths, [[5, 6]]).tolist() == [True, True, False, False]
+    # [8, 9] spans blocks 0 and 1 in token_ids: neither holds it; an empty answer matches nothing.
+    assert blocks_holding_answer(token_ids, starts, lengths, [[8, 9], []]).tolist() == [False] * 4
+    assert blocks_holding_answer(token_ids, starts, lengths, [[3], [9]]).tolist() == [False, True, True, False]
+    assert blocks_holding_answer(token_ids, starts[:0], lengths[:0], [[5]]).tolist() == []
+
+
+def test_answers_with_special_tokens_get_every_row(setup):
+    """4.x's labels let a match run from the block into its [SEP]; such answers get rows for every block, as there."""
+    tokenizer, _, _, retriever, reference = setup
+    block_ids, questions, answers = _batch(tokenizer)
+    answers = [[[*answer[-1:], tokenizer.sep_token_id] for answer in question if answer] for question in answers]
+    expected = reference.retrieve(block_ids, questions, answers, max_length=14, num_read=2)
+    received = retriever.retrieve(block_ids, questions, answers, max_length=14, num_read=2)
+    assert torch.equal(expected.has_answers, received.has_answers) and bool(received.has_answers.any())
+    assert torch.equal(expected.start_pos, received.start_pos)

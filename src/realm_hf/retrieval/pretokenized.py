@@ -43,6 +43,7 @@ __all__ = [
     "PreTokenizedBlocks",
     "PreTokenizedRetriever",
     "TokenizedBlockCache",
+    "blocks_holding_answer",
     "tokenize_corpus",
 ]
 
@@ -328,6 +329,40 @@ def _longest_first_lengths(
     return np.minimum(question_kept, question), np.minimum(block_kept, block_lengths)
 
 
+def blocks_holding_answer(token_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, answer_ids) -> np.ndarray:
+    """Whether block `i`, `token_ids[starts[i] : starts[i] + lengths[i]]`, holds some gold answer wholly inside it:
+    `find_answer_spans`'s `has_answers` for rows built from these blocks, whose matches start inside the block (and
+    end there too, unless an answer holds a special token), without building the rows.
+
+    Args:
+        token_ids (`np.ndarray`): wordpieces, e.g. the memory-mapped corpus of [`PreTokenizedBlocks`].
+        starts, lengths (`np.ndarray` of shape `(K,)`): where each block lies in `token_ids`.
+        answer_ids (`list[list[int]]`): the gold answers as wordpiece ids; empty answers are skipped.
+
+    Returns:
+        `np.ndarray[bool]` of shape `(K,)`.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    found = np.zeros(len(lengths), dtype=bool)
+    # The K blocks side by side in one array: block i at [bounds[i], bounds[i + 1]).
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    total = int(bounds[-1])
+    flat = np.asarray(token_ids[np.arange(total) - np.repeat(bounds[:-1] - np.asarray(starts), lengths)], np.int64)
+    for answer in answer_ids:
+        answer = np.asarray([int(token) for token in answer], dtype=np.int64)
+        width = len(answer)
+        if width == 0 or width > total:
+            continue
+        windows = total - width + 1
+        match = flat[:windows] == answer[0]
+        for offset in range(1, width):
+            match &= flat[offset : offset + windows] == answer[offset]
+        position = np.flatnonzero(match)
+        block = np.searchsorted(bounds, position, side="right") - 1
+        found[block[position + width <= bounds[block + 1]]] = True
+    return found
+
+
 class PreTokenizedRetriever:
     r"""
     `RealmRetriever` without tokenization: reader inputs `[CLS] question [SEP] block [SEP]` are concatenated from the
@@ -429,14 +464,21 @@ class PreTokenizedRetriever:
         The batched [`Retriever`] call: block ids `(B, K)` and questions `(B, L)` (special tokens and padding are
         stripped) to reader inputs `(B, R, L)` of the first `num_read` blocks (all `K` when `None`), with
         `has_answers` `(B, K)` and answer positions `(B, R, A)` when `answer_ids` (one list per question) is given.
+        Only the `R` blocks read get reader rows; whether the other `K - R` hold an answer is found on their wordpieces
+        (the ORQA recipe reads 5 of 5000 blocks, and building 5000 rows per question was most of a training step's
+        retrieval time).
         """
         block_ids, questions, answers = questions_and_answers(block_ids, question_input_ids, answer_ids)
         batch_size, num_blocks = block_ids.shape
         flat_ids = checked_block_ids(block_ids.numpy(), len(self.blocks), "pre-tokenized blocks")
         question_rows = [self._question_ids(questions[index]) for index in range(batch_size)]
         with_answers = answers[0] is not None
-        # Rows of every (question, block) pair at once, each question repeated over its K blocks.
-        read = num_blocks if num_read is None or with_answers else min(num_read, num_blocks)
+        # Reader rows of the blocks read only: the K - R others need no row, only whether they hold an answer, found
+        # on their wordpieces directly (`_unread_have_answer`). An answer holding a special token could match across
+        # a row's [SEP] as in 4.x's `block_has_answer`; then every block gets its row, as there.
+        read = num_blocks if num_read is None else min(num_read, num_blocks)
+        if with_answers and read < num_blocks and self._answers_hold_special_tokens(answers):
+            read = num_blocks
         kept = flat_ids.reshape(batch_size, num_blocks)[:, :read].reshape(-1)
         rows = self._rows(kept, question_rows, max_length, repeat=read)
         encoding = {key: torch.from_numpy(value).view(batch_size, read, -1) for key, value in rows["encoding"].items()}
@@ -453,8 +495,12 @@ class PreTokenizedRetriever:
         input_ids = rows["encoding"]["input_ids"].reshape(batch_size, read, -1)
         begin = rows["block_begin"].reshape(batch_size, read)
         end = rows["block_end"].reshape(batch_size, read)
+        unread = flat_ids.reshape(batch_size, num_blocks)[:, read:]
         for index in range(batch_size):
             found, starts, ends = find_answer_spans(input_ids[index], begin[index], end[index], answers[index])
+            if unread.shape[1]:
+                found = found + self._unread_have_answer(unread[index], question_rows[index], answers[index],
+                                                         max_length).tolist()  # fmt: skip
             has_answers.append(torch.tensor(found, dtype=torch.bool))
             start_pos.append(torch.tensor(starts, dtype=torch.long).view(read, -1)[:num_read])
             end_pos.append(torch.tensor(ends, dtype=torch.long).view(read, -1)[:num_read])
@@ -462,6 +508,20 @@ class PreTokenizedRetriever:
         pad = [nn.functional.pad(row, (0, max_answers - row.shape[-1]), value=-1) for row in start_pos]
         pad_end = [nn.functional.pad(row, (0, max_answers - row.shape[-1]), value=-1) for row in end_pos]
         return ReaderInputs(torch.stack(has_answers), torch.stack(pad), torch.stack(pad_end), concat_inputs)
+
+    def _answers_hold_special_tokens(self, answers: list) -> bool:
+        special = {self.tokenizer.cls_token_id, self.tokenizer.sep_token_id, self.tokenizer.pad_token_id} - {None}
+        return any(int(token) in special for question in answers for answer in question for token in answer)
+
+    def _unread_have_answer(self, block_ids: np.ndarray, question: np.ndarray, answer_ids, max_length) -> np.ndarray:
+        """Whether each block `(K,)` holds a gold answer in the part of it that its reader row would keep (the same
+        truncation as `_rows`), from the blocks' wordpieces without building the rows."""
+        budget = min(int(self.tokenizer.model_max_length if max_length is None else max_length), _NO_LIMIT) - 3
+        token_ids, starts, lengths = self.blocks.ragged(block_ids)
+        _, kept = _longest_first_lengths(np.int64(len(question)), lengths, budget)
+        if self.tokenizer.truncation_side == "left":
+            starts = starts + lengths - kept
+        return blocks_holding_answer(token_ids, starts, kept, answer_ids)
 
     def _rows(self, block_ids: np.ndarray, questions, max_length: int | None, repeat: int | None = None) -> dict:
         """`[CLS] question [SEP] block [SEP]` rows for `block_ids` `(N,)`: one question for all (`questions` an
