@@ -464,17 +464,19 @@ def stage_evaluate(args) -> None:
     from realm_hf.retrieval.bm25 import BM25Searcher
     from realm_hf.retrieval.hybrid import HybridSearcher
 
-    target = args.work_dir / "results.json"
+    target = args.work_dir / args.results
     if target.is_file():
         return
-    arms = arms_present(args)
-    if not arms:
-        raise SystemExit("evaluate: no fine-tuned model yet (run the finetune / finetune_realm stages)")
+    arms = arms_present(args) if args.arms is None else args.arms
+    missing = [arm for arm in arms if not (args.work_dir / ARMS[arm][0] / "model.safetensors").is_file()]
+    if not arms or missing:
+        raise SystemExit(f"evaluate: no fine-tuned model yet for {missing or 'any arm'} (run the finetune / "
+                         f"finetune_realm / finetune_continued stages)")  # fmt: skip
     store = load_corpus(args)
     started = time.time()
     bm25 = BM25Searcher.from_documents(store)
     logger.info("BM25 index over %d blocks in %.0f s", len(store), time.time() - started)
-    if not args.no_minilm:
+    if not args.no_minilm and not args.no_baselines:
         minilm = MeanPooledMiniLM(BertModel.from_pretrained(minilm_path()).eval(),
                                   RealmTokenizer.from_pretrained(minilm_path()), mean_pooled_minilm_index(args, store))  # fmt: skip
     ks = (1, 5, 20)
@@ -490,11 +492,13 @@ def stage_evaluate(args) -> None:
             systems = results["sets"].setdefault(name, {"questions": len(rows), "systems": {}})["systems"]
             dense_ids = RealmOpenQASystem(model, batch_size=64).retrieve_ids(questions, max(ks))
             bm25_ids = bm25.search_text(questions, max(ks)).ids
-            candidates = {arm: dense_ids, f"bm25+reader ({arm})": bm25_ids}
+            candidates, searchers = {arm: dense_ids}, {arm: None}
             # Another retriever's blocks, read and weighed by the same model: a hybrid searcher whose blocks all come
             # from that retriever.
-            searchers = {arm: None, f"bm25+reader ({arm})": HybridSearcher(model.searcher, bm25, bm25_fraction=1.0)}
-            if not args.no_minilm:
+            if not args.no_baselines:
+                candidates[f"bm25+reader ({arm})"] = bm25_ids
+                searchers[f"bm25+reader ({arm})"] = HybridSearcher(model.searcher, bm25, bm25_fraction=1.0)
+            if not args.no_minilm and not args.no_baselines:
                 candidates[f"minilm-mean+reader ({arm})"] = minilm.search_text(questions, max(ks)).ids
                 searchers[f"minilm-mean+reader ({arm})"] = HybridSearcher(model.searcher, minilm, bm25_fraction=1.0)
             for system, ids in candidates.items():
@@ -667,6 +671,21 @@ def main(argv=None) -> None:
         help="evaluate without the mean-pooled MiniLM baseline (embedding the corpus takes ~17 min)",
     )
     parser.add_argument("--eval-per-source", type=int, default=300, help="dev questions per source in evaluate")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        choices=list(ARMS),
+        default=None,
+        help="the arms evaluate reads (default: every fine-tuned arm with a finished run)",
+    )
+    parser.add_argument(
+        "--results", default="results.json", help="evaluate's output file in --work-dir (export reads results.json)"
+    )
+    parser.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="evaluate the arms' own retrieval only (no BM25 or MiniLM + the same reader)",
+    )
     parser.add_argument(
         "--calibrate-read-per-source",
         type=int,
