@@ -58,6 +58,16 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
         assert 0.0 < line["score"] <= 1.0 and line["rank"] == 1 and line["title"] is None
 
 
+def test_ask_hides_the_weight_loading_bar(demo_dir, capsys):
+    RealmForOpenQA.from_pretrained(demo_dir)  # a plain load shows Transformers' bar ...
+    assert "Loading weights" in capsys.readouterr().err
+    assert main(["ask", "--model", str(demo_dir), "Who wrote Hamlet?"]) == 0  # ... asking a question does not
+    captured = capsys.readouterr()
+    assert "Loading weights" not in captured.err and captured.out.startswith("Q: Who wrote Hamlet?")
+    RealmForOpenQA.from_pretrained(demo_dir)  # and the bar is back for everything else
+    assert "Loading weights" in capsys.readouterr().err
+
+
 def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
     import shutil
 

@@ -1,6 +1,7 @@
 """`realm-hf`: one entry point, one subcommand per job. Run `realm-hf COMMAND --help` for each."""
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -59,7 +60,26 @@ def _choose_searcher(model, searcher: str | None, bm25_fraction: float | None) -
 def _load(model_path: str, index: str | None = None):
     from realm_hf.loading import load_open_qa
 
-    return load_open_qa(model_location(model_path), index)
+    with _without_weight_loading_bar():
+        return load_open_qa(model_location(model_path), index)
+
+
+@contextlib.contextmanager
+def _without_weight_loading_bar():
+    """Hides Transformers' per-tensor "Loading weights" bar, which tells someone asking a question nothing (the load
+    takes a second); download bars and every other bar stay."""
+    from transformers.utils import logging as hf_logging
+
+    def hook(factory, args, kwargs):
+        if kwargs.get("desc") == "Loading weights":
+            kwargs = {**kwargs, "disable": True}
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    previous = hf_logging.set_tqdm_hook(hook)
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
 
 
 def answer_questions(
