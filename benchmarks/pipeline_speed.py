@@ -117,10 +117,9 @@ def measure_baseline(model_dir: str, questions: list[str], batch_size: int, repe
 
 
 def run_baseline(rev: str, args, questions: list[str]) -> dict:
-    with tempfile.TemporaryDirectory(prefix="realm-pipeline-baseline-") as tree:
-        archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", rev, "src"], check=True,
-                                 capture_output=True).stdout  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+    from baseline_tree import baseline_tree
+
+    with baseline_tree(rev) as tree:
         env = {**os.environ, "PYTHONPATH": os.path.join(tree, "src")}
         command = [sys.executable, __file__, "--_baseline-worker", "--model", args.model, "--batch-size",
                    str(args.batch_size), "--repeats", str(args.repeats), "--num-questions", str(len(questions))]  # fmt: skip

@@ -36,6 +36,11 @@ Usage (from the repository root; the full size takes about 20 minutes on 2 quiet
     .venv/bin/python benchmarks/train_speed.py --json benchmarks/results/train_speed.json
     .venv/bin/python benchmarks/train_speed.py --questions 4 --batch-size 4 --warmup-steps 1 --searcher-beam-size 500
     .venv/bin/python benchmarks/train_speed.py --no-bf16   # fp32 rows only (a CPU without native bf16)
+    .venv/bin/python benchmarks/train_speed.py --baseline-rev '6f78166^'   # + the realm_hf way before issue 19
+
+`--baseline-rev REV` also runs REV's own `benchmarks/train_speed.py` on REV's `src` (extracted with `git archive`, in
+a subprocess, after this run's ways; same size, seed and threads) and reports its realm_hf way as a row and the
+ratios to it: issue 19's "today's realm_hf" is `6f78166^`.
 """
 
 from __future__ import annotations
@@ -219,6 +224,31 @@ class Way:
         }
 
 
+def run_baseline_rev(args) -> dict:
+    """The realm_hf way of revision `args.baseline_rev`, timed by that revision's own `benchmarks/train_speed.py`
+    on its own `src` (in a subprocess, after this run's ways) with the same size, seed and threads; it also times its
+    4.x way, kept for reference."""
+    import subprocess
+    import sys
+
+    from baseline_tree import baseline_tree
+
+    with baseline_tree(args.baseline_rev, ("src", "benchmarks")) as tree:
+        output = tree / "train_speed.json"
+        command = [sys.executable, "benchmarks/train_speed.py", "--questions", str(args.questions), "--batch-size",
+                   str(args.batch_size), "--warmup-steps", str(args.warmup_steps), "--searcher-beam-size",
+                   str(args.searcher_beam_size), "--reader-seq-len", str(args.reader_seq_len), "--threads",
+                   str(args.threads), "--seed", str(args.seed), "--json", str(output)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+        result = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True)
+        if result.returncode != 0 or not output.is_file():
+            raise RuntimeError(
+                f"the run at {args.baseline_rev} failed ({result.returncode}):\n{result.stderr[-3000:]}"
+            )
+        payload = json.loads(output.read_text())
+    return {"rev": args.baseline_rev, "realm_hf": payload["realm_hf"], "transformers4": payload.get("transformers4")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=16, help="questions timed per way (after warm-up)")
@@ -231,6 +261,8 @@ def main() -> None:
     parser.add_argument("--no-hf4", action="store_true", help="skip the 4.x way (its questions/s is then missing)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (the tokenizer: its own)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline-rev", help="also time the realm_hf way of this git revision's own train_speed.py "
+                        "(same size and seed, after this run's ways), e.g. 6f78166^, the code before issue 19")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the results to this JSON file")
     args = parser.parse_args()
     if args.questions < 1 or args.batch_size < 1 or args.warmup_steps < 0 or args.buckets < 1:
@@ -336,6 +368,7 @@ def main() -> None:
             run(timed_rows[start : start + args.batch_size], True)
         results = {name: way.results() for name, way in ways.items()}
 
+    baseline = run_baseline_rev(args) if args.baseline_rev else None
     equal = True
     loss_difference = None
     if HF4 in first_losses:
@@ -369,6 +402,19 @@ def main() -> None:
             f"{result['retriever_s_per_question']:.3f} | {result['forward_rest_s_per_question']:.2f} | "
             f"{result['backward_and_update_s_per_question']:.2f} | {versus} | {fraction} |"
         )
+    if baseline is not None:
+        row = baseline["realm_hf"]
+        versus = f"{row['questions_per_s'] / base:.2f}x" if base else "-"
+        print(
+            f"| {REALM_HF} at {args.baseline_rev} (run after) | {args.batch_size} | {row['questions_per_s']:.3f} | "
+            f"{row['s_per_question']:.2f} | {row['searcher_s_per_question']:.3f} | "
+            f"{row['retriever_s_per_question']:.3f} | {row['forward_rest_s_per_question']:.2f} | "
+            f"{row['backward_and_update_s_per_question']:.2f} | {versus} | |"
+        )
+        for name in (REALM_HF, REALM_HF_BF16):
+            if name in results:
+                print(f"{name} / {REALM_HF} at {args.baseline_rev}: "
+                      f"{results[name]['questions_per_s'] / row['questions_per_s']:.2f}x")  # fmt: skip
     if loss_difference is not None:
         print(
             f"\nLoss of the first question (batch of 1, same weights, eval mode): 4.x way "
@@ -405,6 +451,7 @@ def main() -> None:
             "first_question_loss": {"transformers4": first_losses.get(HF4), "realm_hf": first_losses.get(REALM_HF),
                                     "abs_difference": loss_difference, "equal_atol_1e-4": equal},
             "eval_mode_first_batch_loss": {JSON_KEYS[name]: value for name, value in eval_losses.items()},
+            "realm_hf_baseline_rev": baseline,
         }  # fmt: skip
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
