@@ -46,9 +46,10 @@ DEFAULT_REALM_HF_PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
 DEFAULT_HF4_PYTHON = Path.home() / ".venvs" / "hf4" / "bin" / "python"
 FULL_NUM_BLOCK_RECORDS = 13_353_718
 MARKER_NAME = ".realm_bench_complete"
-CHECKPOINT_FORMAT = 2  # bump when the written checkpoint changes, so that old --workdir checkpoints are rewritten
+CHECKPOINT_FORMAT = 3  # bump when the written checkpoint changes, so that old --workdir checkpoints are rewritten
 LIGHT_FORMAT = 1  # bump when the compressed directory's arguments change
 RESULT_PREFIX = "@@REALM_BENCH_RESULT@@ "
+NEAR_BLOCKS_PER_QUESTION = 32  # blocks planted near each question's embedding (plant_relevant_blocks)
 DEFAULT_NUM_QUESTIONS = 64
 SPECIAL_TOKENS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # A few real words so that the questions and block texts are not all [UNK]; the rest of the vocabulary is w0, w1, ...
@@ -117,12 +118,14 @@ def hub_config(num_block_records: int) -> dict:
     }
 
 
-def checkpoint_params(num_block_records: int) -> dict:
-    return {"format": CHECKPOINT_FORMAT, "num_block_records": num_block_records}
+def checkpoint_params(num_block_records: int, num_questions: int = DEFAULT_NUM_QUESTIONS) -> dict:
+    return {"format": CHECKPOINT_FORMAT, "num_block_records": num_block_records, "num_questions": num_questions,
+            "near_blocks_per_question": NEAR_BLOCKS_PER_QUESTION}  # fmt: skip
 
 
-def light_params(num_block_records: int) -> dict:
-    return {"format": LIGHT_FORMAT, "checkpoint": checkpoint_params(num_block_records), "args": COMPRESS_ARGS}
+def light_params(num_block_records: int, num_questions: int = DEFAULT_NUM_QUESTIONS) -> dict:
+    return {"format": LIGHT_FORMAT, "checkpoint": checkpoint_params(num_block_records, num_questions),
+            "args": COMPRESS_ARGS}  # fmt: skip
 
 
 def checkpoint_is_complete(directory: Path, num_block_records: int, params: dict | None = None) -> bool:
@@ -153,6 +156,30 @@ def clustered_block_emb(num_block_records: int, dim: int, seed: int):
     return block_emb
 
 
+def plant_relevant_blocks(block_emb, queries, per_question: int, seed: int):
+    """Puts `per_question` blocks near each question's embedding, as a trained retriever puts a question's relevant
+    blocks: block = the generator's LayerNorm of (q / std(q) + s * noise), `s` uniform in [0.5, 1.5] per block (cosine
+    to the question about 0.55-0.9), at block ids spread over the corpus. The questions of a random model land nowhere
+    near the clustered data otherwise, and the top 5 of 13M unrelated points are separated by less than any compressed
+    index resolves, which is not what a question and its evidence look like. Returns the planted ids `(Q, n)`."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from search import layer_norm, synthetic_parameters
+
+    parameters = synthetic_parameters(block_emb.shape[0], seed)
+    generator = torch.Generator().manual_seed(seed + 2)
+    count = min(per_question, block_emb.shape[0] // max(1, len(queries)))
+    ids = torch.randperm(block_emb.shape[0], generator=generator)[: len(queries) * count].view(len(queries), count)
+    for query, rows in zip(queries, ids, strict=True):
+        scale = torch.empty(count, 1).uniform_(0.5, 1.5, generator=generator)
+        points = query / query.std() + scale * torch.randn(count, query.numel(), generator=generator)
+        block_emb[rows] = torch.from_numpy(layer_norm(points.numpy().astype(np.float32), parameters["gamma"],
+                                                      parameters["beta"]))  # fmt: skip
+    return ids
+
+
 def write_hub_block_records(path: Path, num_block_records: int) -> None:
     """`block_records.npy` as the Hub ships it: a pickled numpy object array of bytes (read by realm_hf's restricted
     loader; the measuring subprocesses of the exact configurations build the same texts in memory instead)."""
@@ -165,7 +192,8 @@ def write_hub_block_records(path: Path, num_block_records: int) -> None:
     os.replace(partial, path)
 
 
-def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> None:
+def write_checkpoint(directory: str, num_block_records: int, seed: int = 0,
+                     num_questions: int = DEFAULT_NUM_QUESTIONS) -> None:  # fmt: skip
     """Runs in a subprocess with realm_hf's interpreter. Peak memory: block_emb (6.8 GB at full size) + ~0.9 GB."""
     import torch
 
@@ -198,6 +226,13 @@ def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> N
     state_dict["block_emb"] = block_emb = clustered_block_emb(
         num_block_records, config_dict["retriever_proj_size"], seed
     )
+    write_tokenizer(directory)
+    tokenizer = realm_hf.RealmTokenizerFast.from_pretrained(directory)
+    with torch.no_grad():
+        model.eval()
+        queries = [model.embedder(**tokenizer([question], return_tensors="pt")).projected_score[0]
+                   for question in make_questions(num_questions)]  # fmt: skip
+    plant_relevant_blocks(block_emb, queries, NEAR_BLOCKS_PER_QUESTION, seed)
     del model
 
     weights_path = directory / "pytorch_model.bin"
@@ -207,6 +242,10 @@ def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> N
     del state_dict, block_emb
 
     (directory / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    (directory / MARKER_NAME).write_text(json.dumps(checkpoint_params(num_block_records, num_questions)))
+
+
+def write_tokenizer(directory: Path) -> None:
     vocab = SPECIAL_TOKENS + WORDS
     vocab += [f"w{index}" for index in range(VOCAB_SIZE - len(vocab))]
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
@@ -215,7 +254,6 @@ def write_checkpoint(directory: str, num_block_records: int, seed: int = 0) -> N
     special_tokens_map = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                           "mask_token": "[MASK]"}  # fmt: skip
     (directory / "special_tokens_map.json").write_text(json.dumps(special_tokens_map, indent=2) + "\n")
-    (directory / MARKER_NAME).write_text(json.dumps(checkpoint_params(num_block_records)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -561,9 +599,9 @@ def goals(results: dict, agree: dict) -> dict:
     return checks
 
 
-def compress(python: Path, checkpoint: Path, light: Path, num_block_records: int) -> dict:
+def compress(python: Path, checkpoint: Path, light: Path, num_block_records: int, num_questions: int) -> dict:
     """Runs `realm-hf index compress` on the checkpoint (kept and reused with --workdir), timing it."""
-    if checkpoint_is_complete(light, num_block_records, light_params(num_block_records)):
+    if checkpoint_is_complete(light, num_block_records, light_params(num_block_records, num_questions)):
         print(f"[load_memory] reusing the compressed directory {light}", file=sys.stderr, flush=True)
         return json.loads((light / "realm_hf_serving.json").read_text()) | {"reused": True}
     command = [str(python), "-m", "realm_hf.cli", "index", "compress", "--model", str(checkpoint), "--output",
@@ -579,7 +617,7 @@ def compress(python: Path, checkpoint: Path, light: Path, num_block_records: int
     print(completed.stdout, file=sys.stderr, flush=True)
     summary = json.loads((light / "realm_hf_serving.json").read_text())
     summary["command_s"] = time.perf_counter() - started
-    (light / MARKER_NAME).write_text(json.dumps(light_params(num_block_records)))
+    (light / MARKER_NAME).write_text(json.dumps(light_params(num_block_records, num_questions)))
     return summary
 
 
@@ -623,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args._write:
         start = time.perf_counter()
-        write_checkpoint(args._write, args.num_block_records)
+        write_checkpoint(args._write, args.num_block_records, num_questions=args.num_questions)
         written = {"written": args._write, "time_s": time.perf_counter() - start, "peak_rss": _memory()["peak"]}
         print(RESULT_PREFIX + json.dumps(written), flush=True)
         return 0
@@ -641,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     light = workdir / f"realm-openqa-{args.num_block_records}-light"
     common = ["--num-block-records", str(args.num_block_records), "--num-questions", str(args.num_questions)]
     try:
-        if checkpoint_is_complete(checkpoint, args.num_block_records):
+        if checkpoint_is_complete(checkpoint, args.num_block_records,
+                                  checkpoint_params(args.num_block_records, args.num_questions)):  # fmt: skip
             print(f"[load_memory] reusing the checkpoint in {checkpoint}", file=sys.stderr, flush=True)
         else:
             shutil.rmtree(light, ignore_errors=True)  # made from an older checkpoint
@@ -664,7 +703,8 @@ def main(argv: list[str] | None = None) -> int:
             child_args = ["--_measure", library, "--_dir", str(checkpoint), *common]
             if library in (COMPRESSED, COMPRESSED_FP32):
                 if compressed_summary is None:
-                    compressed_summary = compress(args.realm_hf_python, checkpoint, light, args.num_block_records)
+                    compressed_summary = compress(args.realm_hf_python, checkpoint, light, args.num_block_records,
+                                                  args.num_questions)  # fmt: skip
                 child_args += ["--_light", str(light)]
                 for path in sorted(light.rglob("*")):  # the model, records and faiss index; the shards are read in
                     if path.is_file() and not path.name.startswith("embeddings-"):  # a few rows at a time
