@@ -30,7 +30,9 @@ def data_file(tmp_path_factory):
 
 def test_evaluate_json(demo_dir, data_file, capsys):
     assert main(["evaluate", "--model", str(demo_dir), "--data", str(data_file), "--k", "1,5,16", "--json"]) == 0
-    metrics = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)
+    assert "Loading weights" not in captured.err
     assert metrics["primary_metric"] == "exact_match"
     assert metrics["num_questions"] == 4
     for key in ("exact_match", "official_exact_match", "f1", "reader_oracle", "recall@1", "recall@5", "recall@16"):

@@ -1,8 +1,9 @@
 """Helpers shared by the `realm-hf` subcommands: the parser class, argparse types, the Trainer flags of `train` and
-`pretrain`, and the finished-run check. Imports nothing heavy: every parser is declared, and `--help` answered, before
+`pretrain`, the finished-run check, and quiet model loading. Imports nothing heavy: every parser is declared, and `--help` answered, before
 torch or Transformers load (the Trainer flags' parser is built only when a command runs or `--help-trainer` asks)."""
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -149,3 +150,21 @@ def finished_run(results_path: Path, max_steps: int) -> bool:
         print(f"{results_path.parent} already holds a finished run of {max_steps} steps ({results_path.name}); nothing "
               "to do (--no-resume starts afresh).")  # fmt: skip
     return done
+
+
+@contextlib.contextmanager
+def without_weight_loading_bar():
+    """Hides Transformers' per-tensor "Loading weights" bar, which tells someone asking a question nothing (the load
+    takes a second); download bars and every other bar stay."""
+    from transformers.utils import logging as hf_logging
+
+    def hook(factory, args, kwargs):
+        if kwargs.get("desc") == "Loading weights":
+            kwargs = {**kwargs, "disable": True}
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    previous = hf_logging.set_tqdm_hook(hook)
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)

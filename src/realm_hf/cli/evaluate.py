@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import positive_int, without_weight_loading_bar
 
 HELP = """\
 Data: JSON lines, one question each: {"question": str, "answers": [str, ...]} (NQ-open) or {"question": str,
@@ -70,7 +70,8 @@ def cmd_evaluate(args) -> int:
         print(f"realm-hf evaluate: could not read {args.data!r}: {error}", file=sys.stderr)
         return 1
     try:
-        system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size, index=args.index)
+        with without_weight_loading_bar():
+            system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size, index=args.index)
     except (OSError, ValueError) as error:
         source = args.model or "the default model"
         print(f"realm-hf evaluate: could not load a REALM open-QA model from {source!r}: {error}", file=sys.stderr)

@@ -1,7 +1,6 @@
 """`realm-hf`: one entry point, one subcommand per job. Run `realm-hf COMMAND --help` for each."""
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -9,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .arguments import RealmHfArgumentParser, model_location, positive_int
+from .arguments import RealmHfArgumentParser, model_location, positive_int, without_weight_loading_bar
 
 DESCRIPTION = """\
 REALM / ORQA retrieval-augmented question answering on Transformers 5.
@@ -60,26 +59,8 @@ def _choose_searcher(model, searcher: str | None, bm25_fraction: float | None) -
 def _load(model_path: str, index: str | None = None):
     from realm_hf.loading import load_open_qa
 
-    with _without_weight_loading_bar():
+    with without_weight_loading_bar():
         return load_open_qa(model_location(model_path), index)
-
-
-@contextlib.contextmanager
-def _without_weight_loading_bar():
-    """Hides Transformers' per-tensor "Loading weights" bar, which tells someone asking a question nothing (the load
-    takes a second); download bars and every other bar stay."""
-    from transformers.utils import logging as hf_logging
-
-    def hook(factory, args, kwargs):
-        if kwargs.get("desc") == "Loading weights":
-            kwargs = {**kwargs, "disable": True}
-        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
-
-    previous = hf_logging.set_tqdm_hook(hook)
-    try:
-        yield
-    finally:
-        hf_logging.set_tqdm_hook(previous)
 
 
 def answer_questions(

@@ -5,7 +5,7 @@ import ipaddress
 import socket
 import sys
 
-from .arguments import positive_int
+from .arguments import positive_int, without_weight_loading_bar
 
 HELP = """\
 Serves a web page to ask questions and see each answer highlighted in the passage it was read from (with its title,
@@ -35,7 +35,8 @@ def load_open_qa_model(name_or_path: str, index: str | None = None):
     """`(model, retriever)` for `name_or_path`, with the index at `index` when given: the one place `serve` loads."""
     from realm_hf.loading import load_open_qa
 
-    return load_open_qa(name_or_path, index=index)
+    with without_weight_loading_bar():
+        return load_open_qa(name_or_path, index=index)
 
 
 def _is_loopback(host: str) -> bool:
