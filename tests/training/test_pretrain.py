@@ -265,7 +265,7 @@ def test_retriever_settings_are_checked(setup, tmp_path):
 
 
 def _train(setup, output: Path, mode: str | None, steps: int = 4, every: int = 2, resume: bool = False,
-           **trainer_kwargs):  # fmt: skip
+           precision: str = "fp32", **trainer_kwargs):  # fmt: skip
     documents, tokenizer = setup["documents"], setup["tokenizer"]
     model = _model(setup)
     initial = output / "initial_index"
@@ -276,7 +276,8 @@ def _train(setup, output: Path, mode: str | None, steps: int = 4, every: int = 2
     refresher = None
     if mode is not None:
         refresher = IndexRefresher(output / "refresh", tokenizer, mode=mode, every=every, max_length=64,
-                                   documents_dir=setup["root"] / "documents", threads=1, poll_seconds=0.05)  # fmt: skip
+                                   documents_dir=setup["root"] / "documents", threads=1, poll_seconds=0.05,
+                                   precision=precision)  # fmt: skip
     args = TrainingArguments(output_dir=str(output / "checkpoints"), per_device_train_batch_size=4, max_steps=steps,
                              learning_rate=1e-3, logging_steps=1, save_steps=2, report_to=[], use_cpu=True,
                              remove_unused_columns=False, label_names=[], disable_tqdm=True, seed=0)  # fmt: skip
@@ -290,10 +291,10 @@ def _train(setup, output: Path, mode: str | None, steps: int = 4, every: int = 2
     return trainer, model, candidates
 
 
-def _index_matches(setup, model, directory: Path) -> None:
+def _index_matches(setup, model, directory: Path, precision: str = "fp32") -> None:
     documents = setup["documents"]
     expected = embed_blocks(model.embedder, setup["tokenizer"], documents.texts(range(16)), documents.titles(range(16)),
-                            max_length=64)  # fmt: skip
+                            max_length=64, precision=precision)  # fmt: skip
     torch.testing.assert_close(ExactSearcher.from_index(directory).embeddings(torch.arange(16)), expected,
                                rtol=1e-4, atol=1e-5)  # fmt: skip
 
@@ -309,6 +310,16 @@ def test_sync_refresh_swaps_every_n_steps_and_ends_with_the_final_weights(setup,
     assert [line["step"] for line in lines] == [2, 4, 5] and {line["mode"] for line in lines} == {"sync"}
     assert candidates.index_step == 5
     _index_matches(setup, model, tmp_path / "refresh" / "indexes" / "step-00000005")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_refresh_embeds_at_the_runs_precision(setup, tmp_path, mode):
+    """`precision="bf16"`: the refreshed index is the corpus embedded under bf16 autocast, as the index build's."""
+    _, model, _ = _train(setup, tmp_path, mode, steps=2, every=2, precision="bf16")
+    final = tmp_path / "refresh" / "indexes" / "step-00000002"
+    _index_matches(setup, model, final, precision="bf16")
+    with pytest.raises(AssertionError):
+        _index_matches(setup, model, final, precision="fp32")
 
 
 def test_async_refresh_builds_indexes_in_a_background_process(setup, tmp_path):

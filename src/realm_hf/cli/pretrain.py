@@ -175,7 +175,8 @@ def cmd_pretrain(args) -> int:
         documents_dir = Path(args.documents)
         refresher = IndexRefresher(refresh_dir, tokenizer, mode=args.refresh, every=args.refresh_every,
                                    documents_dir=documents_dir, batch_size=args.embed_batch_size,
-                                   max_length=args.block_length, threads=args.refresh_threads)  # fmt: skip
+                                   max_length=args.block_length, threads=args.refresh_threads,
+                                   precision=precision)  # fmt: skip
 
     collator = SalientSpanCollator(tokenizer, tagger, max_length=args.query_length, seed=training_args.seed)
     trainer = RealmPretrainer(model=model, args=training_args, train_dataset=datasets.Dataset.from_list(rows),

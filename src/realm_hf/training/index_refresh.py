@@ -58,7 +58,7 @@ def _load_searcher(directory: Path):
 
 
 def _build(embedder, tokenizer, documents, indexes: Path, step: int, batch_size: int, max_length: int, mode: str,
-           log_path: Path) -> Path:  # fmt: skip
+           log_path: Path, precision: str = "fp32") -> Path:  # fmt: skip
     """Embeds `documents` into `indexes/step-N` through a partial directory; returns the final path. Every process
     of the current process group must call it (the shards are split over them)."""
     from ..retrieval.index_builder import build_index
@@ -72,7 +72,7 @@ def _build(embedder, tokenizer, documents, indexes: Path, step: int, batch_size:
     state.wait_for_everyone()
     started = time.time()
     build_index(embedder, tokenizer, documents, partial, batch_size=batch_size, max_length=max_length,
-                provenance={"refreshed_at_step": step}, progress=False)  # fmt: skip
+                provenance={"refreshed_at_step": step}, progress=False, precision=precision)  # fmt: skip
     if state.is_main_process:
         if final.exists():
             shutil.rmtree(final)
@@ -105,12 +105,14 @@ class IndexRefresher:
         threads (`int`, *optional*): CPU threads of the background process (default: half the cores).
         final_refresh (`bool`, defaults to True): when training ends, build (and wait for) an index from the final
             weights, so that the run leaves an index that matches its embedder.
+        precision (`str`, defaults to "fp32"): how the corpus is embedded, as `build_index`'s `precision` ("bf16":
+            under bf16 autocast, embeddings stored in fp32; "auto": bf16 where the device has native bf16).
     """
 
     def __init__(self, work_dir: str | os.PathLike, tokenizer, *, mode: str = "async", every: int = 100,
                  documents_dir: str | os.PathLike | None = None, batch_size: int = 64, max_length: int = 288,
                  keep: int = 3, threads: int | None = None, final_refresh: bool = True,
-                 poll_seconds: float = 0.2):  # fmt: skip
+                 poll_seconds: float = 0.2, precision: str = "fp32"):  # fmt: skip
         if mode not in ("sync", "async"):
             raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}.")
         if every < 1 or keep < 1:
@@ -128,6 +130,7 @@ class IndexRefresher:
         self.threads = threads
         self.final_refresh = final_refresh
         self.poll_seconds = poll_seconds
+        self.precision = precision
         self.snapshots = self.work_dir / "snapshots"
         self.indexes = self.work_dir / "indexes"
         self.log_path = self.work_dir / "refresh_log.jsonl"
@@ -200,7 +203,7 @@ class IndexRefresher:
     def _build_now(self, embedder, step: int) -> None:
         if step not in _steps_in(self.indexes):
             _build(embedder, self.tokenizer, self._documents, self.indexes, step, self.batch_size, self.max_length,
-                   "sync", self.log_path)  # fmt: skip
+                   "sync", self.log_path, self.precision)  # fmt: skip
         if process_state().is_main_process:
             _prune(self.indexes, self.keep)
         process_state().wait_for_everyone()
@@ -241,7 +244,8 @@ class IndexRefresher:
             target=refresh_loop,
             kwargs={"work_dir": str(self.work_dir), "documents_dir": str(self.documents_dir),
                     "batch_size": self.batch_size, "max_length": self.max_length, "keep": self.keep,
-                    "threads": self.threads, "poll_seconds": self.poll_seconds, "parent_pid": os.getpid()},
+                    "threads": self.threads, "poll_seconds": self.poll_seconds, "parent_pid": os.getpid(),
+                    "precision": self.precision},
             daemon=True,
             name="realm-index-refresher",
         )  # fmt: skip
@@ -259,7 +263,8 @@ class IndexRefresher:
 
 
 def refresh_loop(work_dir: str, documents_dir: str, batch_size: int = 64, max_length: int = 288, keep: int = 3,
-                 threads: int | None = None, poll_seconds: float = 0.2, parent_pid: int | None = None) -> None:  # fmt: skip
+                 threads: int | None = None, poll_seconds: float = 0.2, parent_pid: int | None = None,
+                 precision: str = "fp32") -> None:  # fmt: skip
     r"""
     The background refresher: embeds the newest snapshot in `work_dir/snapshots` into `work_dir/indexes/step-N`,
     removes the snapshot, and repeats until `work_dir/STOP` exists (or its parent process is gone). Can also run on
@@ -292,9 +297,8 @@ def refresh_loop(work_dir: str, documents_dir: str, batch_size: int = 64, max_le
             if snapshot.exists():
                 raise
             continue
-        _build(
-            embedder, tokenizer, documents, indexes, step, batch_size, max_length, "async", work / "refresh_log.jsonl"
-        )
+        _build(embedder, tokenizer, documents, indexes, step, batch_size, max_length, "async",
+               work / "refresh_log.jsonl", precision)  # fmt: skip
         for done in steps:
             shutil.rmtree(snapshots / _STEP_FORMAT.format(done), ignore_errors=True)
         _prune(indexes, keep)
