@@ -20,6 +20,7 @@ expected timings of each stage on a 2-core CPU: docs/default-model.md.
 7. finetune        ORQA fine-tuning from the ICT warm start (no REALM pretraining: the ablation's baseline) of question
                    encoder + reader (from MiniLM) on train_mixed, keeping the checkpoint with the best dev EM.
 8. finetune_realm  the same fine-tuning from the REALM-pretrained embedder, encoder (as the reader) and index.
+   finetune_realm_reader  the same with the pretrained encoder as the reader only (ICT's question encoder and index).
 9. evaluate        both fine-tuned models on every dev set (and the factbook test), against BM25 + the same reader and
                    mean-pooled MiniLM; a sign test of with vs without pretraining; writes results.json.
 10. export         the better of the two on dev (or --ship) as fp16 safetensors + fp16 index + model card, into
@@ -46,8 +47,8 @@ import torch
 
 logger = logging.getLogger("build_default_model")
 
-STAGES = ["corpus", "questions", "sources", "ict", "index", "pretrain", "finetune", "finetune_realm", "finetune_continued",
-          "evaluate", "export", "calibrate"]  # fmt: skip
+STAGES = ["corpus", "questions", "sources", "ict", "index", "pretrain", "finetune", "finetune_realm",
+          "finetune_realm_reader", "finetune_continued", "evaluate", "export", "calibrate"]  # fmt: skip
 
 
 def minilm_path() -> str:
@@ -311,6 +312,13 @@ def stage_finetune_realm(args) -> None:
     _finetune(args, "finetune_realm", pretrain / "embedder", str(pretrain / "encoder"), pretrain / "index")
 
 
+def stage_finetune_realm_reader(args) -> None:
+    """ORQA with the REALM-pretrained encoder as the reader but ICT's question encoder and index: what pretraining gave
+    the reader alone (the ablation showed its retriever losing recall)."""
+    _finetune(args, "finetune_realm_reader", args.work_dir / "ict" / "model" / "query_embedder",
+              str(args.work_dir / "pretrain" / "encoder"), args.work_dir / "index")  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # 6. evaluation
 
@@ -320,12 +328,13 @@ def stage_finetune_realm(args) -> None:
 ARMS = {
     "finetune": ("finetune/model", "index", "finetune/model/blocks.safetensors"),
     "finetune_realm": ("finetune_realm/model", "pretrain/index", "finetune_realm/model/blocks.safetensors"),
+    "finetune_realm_reader": ("finetune_realm_reader/model", "index", "finetune_realm_reader/model/blocks.safetensors"),
     "finetune_continued": ("finetune_continued/model", "finetune_continued/init/index",
                            "finetune_continued/model/blocks.safetensors"),
     "before": ("finetune_continued/init", "finetune_continued/init/index",
                "finetune_continued/model/blocks.safetensors"),
 }  # fmt: skip
-TRAINED_ARMS = ("finetune", "finetune_realm", "finetune_continued")
+TRAINED_ARMS = ("finetune", "finetune_realm", "finetune_realm_reader", "finetune_continued")
 
 
 def arms_present(args) -> list[str]:
@@ -519,6 +528,7 @@ def stage_evaluate(args) -> None:
             _write_json(target.with_suffix(".partial.json"), results)
     # Paired per-question EM: REALM pretraining's contribution, and the continued model against the one it started from.
     for key, new, old in (("pretraining_ablation", "finetune_realm", "finetune"),
+                          ("pretrained_reader_ablation", "finetune_realm_reader", "finetune"),
                           ("continued_vs_before", "finetune_continued", "before")):  # fmt: skip
         if {new, old} <= set(arms):
             results[key] = {name: paired(per_question[new][name], per_question[old][name]) for name in sets}
