@@ -1,6 +1,7 @@
 """Helpers shared by the `realm-hf` subcommands: the parser class, argparse types, the Trainer flags of `train` and
-`pretrain`, the finished-run check, and quiet model loading. Imports nothing heavy: every parser is declared, and `--help` answered, before
-torch or Transformers load (the Trainer flags' parser is built only when a command runs or `--help-trainer` asks)."""
+`pretrain`, the finished-run check, and quiet model loading. Imports nothing heavy: every parser is declared, and
+`--help` answered, before torch or Transformers load (the Trainer flags' parser is built only when a command runs or
+`--help-trainer` asks)."""
 
 import argparse
 import contextlib

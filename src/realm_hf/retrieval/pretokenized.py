@@ -513,10 +513,15 @@ class PreTokenizedRetriever:
         special = {self.tokenizer.cls_token_id, self.tokenizer.sep_token_id, self.tokenizer.pad_token_id} - {None}
         return any(int(token) in special for question in answers for answer in question for token in answer)
 
+    def _pair_budget(self, max_length: int | None) -> int:
+        """Wordpieces of question + block a row may hold: `max_length` (default: the tokenizer's) less the three
+        special tokens."""
+        return min(int(self.tokenizer.model_max_length if max_length is None else max_length), _NO_LIMIT) - 3
+
     def _unread_have_answer(self, block_ids: np.ndarray, question: np.ndarray, answer_ids, max_length) -> np.ndarray:
         """Whether each block `(K,)` holds a gold answer in the part of it that its reader row would keep (the same
         truncation as `_rows`), from the blocks' wordpieces without building the rows."""
-        budget = min(int(self.tokenizer.model_max_length if max_length is None else max_length), _NO_LIMIT) - 3
+        budget = self._pair_budget(max_length)
         token_ids, starts, lengths = self.blocks.ragged(block_ids)
         _, kept = _longest_first_lengths(np.int64(len(question)), lengths, budget)
         if self.tokenizer.truncation_side == "left":
@@ -528,10 +533,9 @@ class PreTokenizedRetriever:
         array), or `questions[i]` for rows `i * repeat .. (i + 1) * repeat - 1` (a list of arrays). Returns the
         encoding (numpy, `(N, L)`) and each row's block columns `[block_begin, block_end)`."""
         tokenizer = self.tokenizer
-        max_length = tokenizer.model_max_length if max_length is None else max_length
-        budget = min(int(max_length), _NO_LIMIT) - 3
+        budget = self._pair_budget(max_length)
         if budget < 0:
-            raise ValueError(f"max_length must leave room for [CLS] and two [SEP], received {max_length}")
+            raise ValueError(f"max_length must leave room for [CLS] and two [SEP], received {budget + 3}")
         if repeat is None:
             questions = [questions]
             repeat = len(block_ids)
