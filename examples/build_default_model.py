@@ -191,11 +191,14 @@ def stage_pretrain(args) -> None:
     output = args.work_dir / "pretrain"
     if (output / "pretrain_results.json").is_file():
         return
-    # REALM's recipe at a CPU's scale: the ICT embedder as the retriever, MiniLM with a fresh MLM head as the encoder,
-    # each sentence read after its block's title, the retriever frozen while the fresh head learns to read, then
-    # trained at a lower rate (examples/pretrain_factbook.py measured these on a slice; README "REALM pretraining").
+    # REALM's recipe at a CPU's scale: ICT's block and question encoders as the retriever (kept apart: the block
+    # encoder reading questions finds next to nothing, docs/default-model.md), MiniLM with a fresh MLM head as the
+    # encoder, each sentence read after its block's title, the retriever frozen while the fresh head learns to read,
+    # then trained at a lower rate (examples/pretrain_factbook.py measured these on a slice; README "REALM pretraining").
+    ict = args.work_dir / "ict" / "model"
     command = [
-        "pretrain", "--embedder", str(args.work_dir / "ict" / "model" / "block_embedder"), "--tokenizer", minilm_path(),
+        "pretrain", "--embedder", str(ict / "block_embedder"), "--query-embedder", str(ict / "query_embedder"),
+        "--tokenizer", minilm_path(),
         "--encoder", minilm_path(), "--documents", str(args.work_dir / "corpus"), "--index",
         str(args.work_dir / "index"), "--output-dir", str(output), "--max-steps", str(args.pretrain_steps),
         "--batch-size", str(args.pretrain_batch_size), "--num-candidates", "8", "--learning-rate", "1e-4",
@@ -307,9 +310,11 @@ def stage_finetune_continued(args) -> None:
 
 
 def stage_finetune_realm(args) -> None:
-    """ORQA from the REALM-pretrained embedder, encoder (as the reader) and the index it left: the with-pretraining arm."""
+    """ORQA from the REALM-pretrained question encoder (its shared embedder, for a run without one), encoder (as the
+    reader) and the index it left: the with-pretraining arm."""
     pretrain = args.work_dir / "pretrain"
-    _finetune(args, "finetune_realm", pretrain / "embedder", str(pretrain / "encoder"), pretrain / "index")
+    question = pretrain / "query_embedder" if (pretrain / "query_embedder").is_dir() else pretrain / "embedder"
+    _finetune(args, "finetune_realm", question, str(pretrain / "encoder"), pretrain / "index")
 
 
 def stage_finetune_realm_reader(args) -> None:

@@ -197,6 +197,70 @@ def test_model_saves_as_one_checkpoint_and_as_plain_parts(setup, tmp_path):
     assert pretraining_warmup_steps(50) == 50 and pretraining_warmup_steps(5000) == 500
 
 
+@pytest.fixture(scope="module")
+def query_embedder_dir(setup):
+    """A question encoder unlike the block encoder (other random weights), saved with the tokenizer."""
+    embedder = RealmEmbedder.from_pretrained(setup["root"] / "embedder")
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for parameter in embedder.parameters():
+            parameter.normal_(0.0, 0.2)
+    directory = setup["root"] / "query_embedder"
+    embedder.save_pretrained(directory)
+    setup["tokenizer"].save_pretrained(directory)
+    return directory
+
+
+def test_a_separate_question_encoder_embeds_the_queries_and_learns_as_the_retriever(setup, query_embedder_dir,
+                                                                                    tmp_path):  # fmt: skip
+    """`query_embedder`: the sentences are embedded by the question encoder, the candidates by the block encoder; both
+    get gradients, both are retriever parameters, and both are saved (whole checkpoint and parts)."""
+    torch.manual_seed(1)
+    model = RealmForPretraining.from_parts(setup["root"] / "embedder", setup["root"] / "embedder", query_embedder_dir)
+    freeze_pretraining_unused_parameters(model)
+    question = RealmEmbedder.from_pretrained(query_embedder_dir).eval()
+    blocks = RealmEmbedder.from_pretrained(setup["root"] / "embedder").eval()
+    model.eval()
+    inputs, _, batch, _ = _batch(setup, model)
+    encoded = {key: inputs[key] for key in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        query = model.embed_query(**encoded)
+        torch.testing.assert_close(query, question(**encoded).projected_score)
+        assert not torch.allclose(query, blocks(**encoded).projected_score)
+        torch.testing.assert_close(model.embed(**encoded), blocks(**encoded).projected_score)
+        outputs = model(**inputs, **batch, return_dict=True)
+        candidates = model.embed(batch["candidate_input_ids"].flatten(0, 1),
+                                 batch["candidate_attention_mask"].flatten(0, 1),
+                                 batch["candidate_token_type_ids"].flatten(0, 1)).view(*batch["candidate_input_ids"].shape[:2], -1)  # fmt: skip
+        torch.testing.assert_close(outputs.relevance_score, torch.einsum("bd,bcd->bc", query, candidates))
+    model.train()
+    model(**inputs, **batch, return_dict=True).loss.backward()
+    for name in ("query_embedder.cls.dense.weight", "query_embedder.realm.encoder.layer.0.attention.self.query.weight",
+                 "embedder.cls.dense.weight"):  # fmt: skip
+        assert model.get_parameter(name).grad.abs().sum() > 0, name
+    assert not model.get_parameter("query_embedder.cls.predictions.transform.dense.weight").requires_grad
+    from realm_hf.training.pretrain import _is_retriever_parameter
+
+    for name in ("query_embedder.cls.dense.weight", "embedder.cls.dense.weight", "module.query_embedder.cls.dense.b"):
+        assert _is_retriever_parameter(name), name
+    assert not _is_retriever_parameter("encoder.realm.embeddings.word_embeddings.weight")
+    model.save_pretrained(tmp_path / "whole")
+    again = RealmForPretraining.from_pretrained(tmp_path / "whole", query_embedder=RealmEmbedder(model.config))
+    for name, value in model.state_dict().items():
+        assert torch.equal(again.state_dict()[name], value), name
+    model.save_parts(tmp_path / "parts")
+    saved = RealmEmbedder.from_pretrained(tmp_path / "parts" / "query_embedder")
+    assert torch.equal(saved.cls.dense.weight, model.query_embedder.cls.dense.weight)
+
+
+def test_a_question_encoder_must_match_the_block_encoder(setup, tmp_path):
+    embedder = RealmEmbedder.from_pretrained(setup["root"] / "embedder")
+    small = RealmEmbedder(type(embedder.config)(**{**embedder.config.to_dict(), "retriever_proj_size": 8}))
+    small.save_pretrained(tmp_path / "small")
+    with pytest.raises(ValueError, match=r"vocabulary and projection, got \d+ tokens / 8 dimensions against \d+ / 32"):
+        RealmForPretraining.from_parts(setup["root"] / "embedder", setup["root"] / "embedder", tmp_path / "small")
+
+
 def test_sentence_titles_are_read_first_and_never_masked(setup):
     """`include_title=True`: the collator reads `title: sentence`, and only the sentence's spans are masked, though the
     title itself is a salient entity for this tagger."""
@@ -401,6 +465,24 @@ def test_cli_pretrain_two_processes_equal_one_process_over_the_same_global_batch
                            text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0 and "nothing to do" in again.stdout
     assert json.loads((tmp_path / "one" / "pretrain_results.json").read_text())["global_step"] == 3
+
+
+def test_cli_pretrain_with_a_separate_question_encoder(setup, query_embedder_dir, tmp_path):
+    """--query-embedder: the run saves OUTPUT/query_embedder/ (trained, with the tokenizer) beside embedder/, and its
+    final index is the corpus embedded by the block encoder."""
+    (setup["root"] / "entities.txt").write_text("Celsius\n", encoding="utf-8")
+    command = [sys.executable, *_pretrain_command(setup, tmp_path / "out", 4), "--query-embedder",
+               str(query_embedder_dir)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    question = RealmEmbedder.from_pretrained(tmp_path / "out" / "query_embedder")
+    tokenizer = RealmTokenizer.from_pretrained(tmp_path / "out" / "query_embedder")
+    assert tokenizer.vocab_size == setup["tokenizer"].vocab_size
+    initial = load_file(query_embedder_dir / "model.safetensors")
+    assert not torch.equal(question.cls.dense.weight, initial["cls.dense.weight"])  # it learned
+    blocks = RealmEmbedder.from_pretrained(tmp_path / "out" / "embedder")
+    model = RealmForPretraining(blocks.config, blocks, RealmKnowledgeAugEncoder(blocks.config))
+    _index_matches(setup, model, tmp_path / "out" / "index")
 
 
 def test_cli_pretrain_checks_sentence_titles_and_retriever_options(setup, tmp_path):

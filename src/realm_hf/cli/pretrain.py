@@ -20,17 +20,21 @@ from .arguments import (
 )
 
 HELP = """\
-Starts from an embedder (e.g. the ICT warm start's block_embedder/) and an encoder (a RealmKnowledgeAugEncoder or any
-BERT checkpoint), over a document store (`realm-hf index build` writes one in INDEX/documents/). The sentences with a
-salient span (a date, or a corpus title as an entity) are the training examples, one span masked each.
+Starts from an embedder (e.g. the ICT warm start's block_embedder/), optionally a separate question encoder (ICT's
+query_embedder/: an ICT block encoder reading questions finds next to nothing) and an encoder (a
+RealmKnowledgeAugEncoder or any BERT checkpoint), over a document store (`realm-hf index build` writes one in
+INDEX/documents/). The sentences with a salient span (a date, or a corpus title as an entity) are the training
+examples, one span masked each.
 
-  realm-hf pretrain --embedder ict/block_embedder --encoder ict/block_embedder --documents corpus/ \\
-      --index ict-index/ --output-dir pretrained --max-steps 300 --refresh async --refresh-every 50
+  realm-hf pretrain --embedder ict/block_embedder --query-embedder ict/query_embedder --encoder bert/ \\
+      --documents corpus/ --index ict-index/ --output-dir pretrained --max-steps 300 --refresh async --refresh-every 50
   torchrun --nproc_per_node 2 -m realm_hf.cli pretrain ... --refresh sync   # data-parallel
 
 OUTPUT/checkpoints/ holds Trainer checkpoints (a re-run resumes from the last); OUTPUT/initial_index/ the index
-built from --embedder when no --index is given; OUTPUT/refresh/ the refreshed indexes (the newest 3 kept); at the end OUTPUT/embedder/ (RealmEmbedder + tokenizer), OUTPUT/encoder/ (RealmKnowledgeAugEncoder) and
-OUTPUT/index/ (the corpus embedded with the final embedder) and OUTPUT/pretrain_results.json (metrics log).
+built from --embedder when no --index is given; OUTPUT/refresh/ the refreshed indexes (the newest 3 kept). At the
+end: OUTPUT/embedder/ (RealmEmbedder + tokenizer), OUTPUT/query_embedder/ (with --query-embedder), OUTPUT/encoder/
+(RealmKnowledgeAugEncoder), OUTPUT/index/ (the corpus embedded with the final embedder) and
+OUTPUT/pretrain_results.json (metrics log).
 """
 
 EPILOG = (
@@ -139,7 +143,7 @@ def cmd_pretrain(args) -> int:
         documents = open_corpus(args.documents)
         tokenizer = RealmTokenizer.from_pretrained(args.tokenizer or args.embedder)
         torch.manual_seed(training_args.seed)
-        model = RealmForPretraining.from_parts(args.embedder, args.encoder or args.embedder)
+        model = RealmForPretraining.from_parts(args.embedder, args.encoder or args.embedder, args.query_embedder)
     except (OSError, ValueError) as error:
         print(f"realm-hf pretrain: {error}", file=sys.stderr)
         return 1
@@ -190,6 +194,8 @@ def cmd_pretrain(args) -> int:
     if trainer.is_world_process_zero():
         model.save_parts(output)
         tokenizer.save_pretrained(output / "embedder")
+        if model.query_embedder is not None:
+            tokenizer.save_pretrained(output / "query_embedder")
         final = refresh_dir / "indexes" / f"step-{candidates.index_step:08d}"
         if refresher is not None and final.is_dir():
             shutil.rmtree(output / "index", ignore_errors=True)
@@ -212,6 +218,8 @@ def add_parser(subparsers) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     pretrain.add_argument("--embedder", required=True, help="RealmEmbedder checkpoint to start the retriever from "
                                                              "(e.g. ICT's block_embedder); also the tokenizer")  # fmt: skip
+    pretrain.add_argument("--query-embedder", help="RealmEmbedder checkpoint of a separate question encoder (e.g. "
+                                                   "ICT's query_embedder); default: --embedder embeds both")  # fmt: skip
     pretrain.add_argument("--encoder", help="RealmKnowledgeAugEncoder or BERT checkpoint for the encoder "
                                             "(default: --embedder's BERT, with a fresh MLM head)")  # fmt: skip
     pretrain.add_argument("--tokenizer", help="tokenizer directory (default: --embedder)")
