@@ -318,11 +318,40 @@ def stage_finetune_continued(args) -> None:
 
 
 def stage_finetune_realm(args) -> None:
-    """ORQA from the REALM-pretrained question encoder (its shared embedder, for a run without one), encoder (as the
-    reader) and the index it left: the with-pretraining arm."""
+    """ORQA from the REALM-pretrained encoder (as the reader), the index the pretraining left, and whichever pretrained
+    encoder finds more answers over that index as the question encoder (dev recall@5 on dev_mixed): the separate
+    question encoder, or the block encoder reading questions too (session 8 measured 4.0% vs 80.4%)."""
     pretrain = args.work_dir / "pretrain"
-    question = pretrain / "query_embedder" if (pretrain / "query_embedder").is_dir() else pretrain / "embedder"
-    _finetune(args, "finetune_realm", question, str(pretrain / "encoder"), pretrain / "index")
+    _finetune(args, "finetune_realm", choose_question_encoder(args, pretrain), str(pretrain / "encoder"),
+              pretrain / "index")  # fmt: skip
+
+
+def choose_question_encoder(args, pretrain: Path) -> Path:
+    """The pretrained embedder (`embedder/`, or `query_embedder/` when the run kept one apart) with the higher answer
+    recall@5 over `pretrain/index` on the checkpoint-choice dev questions; the choice and both recalls go to
+    finetune_realm/question_encoder.json."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from retriever_recall import retriever_recall
+
+    from realm_hf.modeling import RealmEmbedder, RealmTokenizer
+    from realm_hf.retrieval import ExactSearcher
+
+    record = args.work_dir / "finetune_realm" / "question_encoder.json"
+    if record.is_file():
+        return Path(json.loads(record.read_text())["chosen"])
+    candidates = [path for path in (pretrain / "query_embedder", pretrain / "embedder") if path.is_dir()]
+    _, dev_file = training_questions(args)
+    rows = [row for row in map(json.loads, dev_file.read_text(encoding="utf-8").splitlines()) if row.get("answers")]
+    searcher, store = ExactSearcher.from_index(pretrain / "index"), load_corpus(args)
+    tokenizer = RealmTokenizer.from_pretrained(minilm_path())
+    recalls = {}
+    for path in candidates:
+        embedder = RealmEmbedder.from_pretrained(path).eval()
+        recalls[str(path)] = retriever_recall(embedder, tokenizer, searcher, store, rows, ks=(5,))[5]
+        logger.info("question encoder %s: dev recall@5 %.3f over %s", path, recalls[str(path)], pretrain / "index")
+    chosen = max(candidates, key=lambda path: recalls[str(path)])
+    _write_json(record, {"chosen": str(chosen), "dev_recall_at_5": recalls, "questions": len(rows)})
+    return chosen
 
 
 def stage_finetune_realm_reader(args) -> None:
