@@ -16,6 +16,7 @@ from realm_hf.default_model import load_open_qa
 from realm_hf.demo import DEMO_QUESTIONS, ensure_demo_model
 from realm_hf.retrieval import ExactSearcher, FaissSearcher, compress_open_qa, is_searcher_directory, open_searcher
 from realm_hf.retrieval.index_files import open_index_shards
+from realm_hf.retrieval.serving import DEFAULT_SERVING_RERANK_FACTOR
 
 pytest.importorskip("faiss")
 
@@ -51,6 +52,8 @@ def test_compress_writes_model_records_and_index(demo_dir, light_dir, capsys):
     assert (light_dir / "block_records.safetensors").is_file() and (light_dir / "vocab.txt").is_file()
     sidecar = json.loads((light_dir / "index" / "faiss_searcher.json").read_text())
     assert sidecar["factory"] == "Flat" and sidecar["num_blocks"] == 16 and sidecar["rerank_index"] == "."
+    assert sidecar["rerank_factor"] == DEFAULT_SERVING_RERANK_FACTOR == 100  # 500 candidates for 5 blocks read
+    assert open_searcher(light_dir / "index").rerank_factor == 100
     manifest, shards = open_index_shards(light_dir / "index")
     assert manifest["dtype"] == "float32" and manifest["provenance"]["source"] == "block_emb"
     np.testing.assert_array_equal(np.concatenate(shards), full.block_emb.numpy())
@@ -84,8 +87,10 @@ def test_ask_answers_from_the_light_directory(demo_dir, light_dir, capsys):
 
 
 def test_ivf_index_probing_every_list_answers_like_exact_search(demo_dir, tmp_path):
-    summary = compress_open_qa(demo_dir, tmp_path / "ivf", factory="IVF2,Flat", nprobe=2, dtype="float32")
-    assert summary["factory"] == "IVF2,Flat" and summary["nprobe"] == 2
+    assert main(["index", "compress", "--model", str(demo_dir), "--output", str(tmp_path / "ivf"), "--factory",
+                 "IVF2,Flat", "--nprobe", "2", "--dtype", "float32", "--rerank-factor", "7"]) == 0  # fmt: skip
+    summary = json.loads((tmp_path / "ivf" / "realm_hf_serving.json").read_text())
+    assert summary["factory"] == "IVF2,Flat" and summary["nprobe"] == 2 and summary["rerank_factor"] == 7
     exact_model, exact_retriever = load_open_qa(demo_dir)
     model, retriever = load_open_qa(tmp_path / "ivf")
     assert model.searcher.nprobe == 2

@@ -148,11 +148,12 @@ def cmd_offload(args) -> int:
 
 
 def cmd_compress(args) -> int:
-    from realm_hf.retrieval.serving import compress_open_qa
+    from realm_hf.retrieval.serving import DEFAULT_SERVING_RERANK_FACTOR, compress_open_qa
 
     summary = compress_open_qa(
         args.model, args.output, factory=args.factory, nprobe=args.nprobe, rerank=not args.no_rerank,
-        rerank_factor=args.rerank_factor, dtype=args.dtype, train_size=args.train_size,
+        rerank_factor=args.rerank_factor or DEFAULT_SERVING_RERANK_FACTOR, dtype=args.dtype,
+        train_size=args.train_size,
     )  # fmt: skip
     files = summary["files"]
     print(f"wrote {args.output}: {summary['num_blocks']:,} blocks in faiss {summary['factory']!r} (nprobe "
@@ -240,8 +241,9 @@ def add_parser(subparsers) -> None:
     compress.add_argument("--output", required=True, help="directory to write (model, block records, index/)")
     compress.add_argument("--factory", help="faiss factory string (default: IVF<4 sqrt(N), 64..4096>,PQ<dim/4>x4fs)")
     compress.add_argument("--nprobe", type=positive_int, help="IVF lists probed per question (default: a quarter)")
-    compress.add_argument("--rerank-factor", type=positive_int, default=20,
-                          help="faiss candidates re-scored exactly per retrieved block (default: 20)")  # fmt: skip
+    compress.add_argument("--rerank-factor", type=positive_int,
+                          help="faiss candidates re-scored exactly per retrieved block (default: 100, i.e. 500 "
+                               "candidates for 5 blocks read)")  # fmt: skip
     compress.add_argument("--no-rerank", action="store_true",
                           help="no fp32 shards on disk: serve the compressed scores as they are (lower recall)")  # fmt: skip
     compress.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
