@@ -25,6 +25,7 @@ from transformers.utils import logging
 
 from .checkpoints import HUB_KWARGS
 from .modeling import RealmForOpenQA
+from .precision import compute_in_float32
 
 logger = logging.get_logger(__name__)
 
@@ -241,7 +242,8 @@ def load_open_qa(
         retriever (*optional*): a ready retriever (block texts + tokenizer) instead of the documents found.
         dtype (`torch.dtype`, *optional*): weights are cast to it. By default they keep the checkpoint's dtype (bf16
             for `realm-hf index compress`), except float16, which becomes float32 (the default model ships fp16
-            weights; fp16 matrix products are slow on CPUs).
+            weights; fp16 matrix products are slow on CPUs). With half-precision weights the question encoder still
+            computes in fp32 ([`~realm_hf.precision.compute_in_float32`]); the reader computes in the weights' dtype.
         pretokenized (`bool`, defaults to `True`): see [`find_retrieval`].
         kwargs: Hub options (`revision`, `cache_dir`, `token`, `local_files_only`, `subfolder`).
     """
@@ -264,6 +266,9 @@ def load_open_qa(
                                            dtype=dtype if dtype is not None else "auto", **hub_kwargs)  # fmt: skip
     if dtype is None and model.dtype == torch.float16:
         model = model.float()  # fp16 matrix products are many times slower than fp32 on CPUs
+    if model.dtype in (torch.bfloat16, torch.float16):
+        # The question embedding decides what is retrieved: fp32 arithmetic over the stored half-precision weights.
+        compute_in_float32(model.embedder)
     if searcher is not None:
         check_searcher_fits(model, searcher, str(index) if index is not None else "the index")
     fit_beam_sizes(model)

@@ -14,6 +14,7 @@ from realm_hf import RealmForOpenQA
 from realm_hf.cli.main import main
 from realm_hf.default_model import load_open_qa
 from realm_hf.demo import DEMO_QUESTIONS, ensure_demo_model
+from realm_hf.precision import compute_in_float32
 from realm_hf.retrieval import ExactSearcher, FaissSearcher, compress_open_qa, is_searcher_directory, open_searcher
 from realm_hf.retrieval.index_files import open_index_shards
 from realm_hf.retrieval.serving import DEFAULT_SERVING_RERANK_FACTOR
@@ -110,6 +111,31 @@ def test_default_bf16_weights_stay_bf16_and_answer(demo_dir, tmp_path, capsys):
     assert len(ids) == len(DEMO_QUESTIONS) and all(0 <= block < 16 for row in ids for block in row)
     assert all(answer for answer in answers)
     assert load_open_qa(tmp_path / "bf16", dtype=torch.float32)[0].dtype == torch.float32
+
+
+def test_half_precision_weights_embed_questions_in_float32(demo_dir, tmp_path):
+    """bf16 weights: the question encoder computes in fp32 over its bf16 weights (what the same weights upcast give),
+    the reader in bf16; the parameters and what a save writes stay bf16."""
+    import copy
+
+    compress_open_qa(demo_dir, tmp_path / "bf16", factory="Flat", dtype="bfloat16")
+    model, retriever = load_open_qa(tmp_path / "bf16")
+    questions = retriever.tokenizer(DEMO_QUESTIONS, padding=True, return_tensors="pt")
+    upcast = copy.deepcopy(RealmForOpenQA.from_pretrained(tmp_path / "bf16").embedder).float()
+    with torch.no_grad():
+        embedded = model.embedder(**questions).projected_score
+        assert embedded.dtype == torch.float32
+        torch.testing.assert_close(embedded, upcast(**questions).projected_score, rtol=1e-5, atol=1e-5)
+        bf16 = RealmForOpenQA.from_pretrained(tmp_path / "bf16").embedder(**questions).projected_score
+        assert bf16.dtype == torch.bfloat16 and not torch.equal(bf16.float(), embedded)
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
+    model.save_pretrained(tmp_path / "saved")
+    with safe_open(tmp_path / "saved" / "model.safetensors", "pt") as weights:
+        assert weights.get_tensor("embedder.cls.dense.weight").dtype == torch.bfloat16
+    assert compute_in_float32(model.embedder) is model.embedder  # a second call changes nothing
+    with torch.no_grad():
+        torch.testing.assert_close(model.embedder(**questions).projected_score, embedded, rtol=0, atol=0)
+    assert model(**questions).retrieved_block_ids.shape[0] == len(DEMO_QUESTIONS)
 
 
 def test_compress_resumes_keeping_the_finished_shards(demo_dir, tmp_path):
