@@ -363,7 +363,6 @@ def main() -> None:
                         break
             if checked_row is None:  # e.g. a small --searcher-beam-size: the check then compares 0 with 0
                 checked_row = rows[0]
-                first_losses[REALM_HF] = 0.0
             if HF4 in ways:
                 with training_without_dropout(models[HF4]):
                     first_losses[HF4] = float(ways[HF4].step(checked_row))

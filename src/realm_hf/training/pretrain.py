@@ -341,10 +341,9 @@ class RealmForPretraining(RealmPreTrainedModel):
     def embed_query(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Question (masked sentence) embeddings `(N, D)`: the question encoder's when there is one, else `embed`."""
-        if self.query_embedder is None:
-            return self.embed(input_ids, attention_mask, token_type_ids)
-        return self.query_embedder(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                                   return_dict=True).projected_score  # fmt: skip
+        encoder = self.embedder if self.query_embedder is None else self.query_embedder
+        return encoder(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                       return_dict=True).projected_score  # fmt: skip
 
     def forward(
         self,
