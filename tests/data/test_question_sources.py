@@ -49,6 +49,50 @@ def test_cloze_questions_cap_per_passage():
     assert collections.Counter(row["gold_source"] for row in rows).most_common(1)[0][1] == 1
 
 
+WH_ENTRIES = [
+    {"title": "Casablanca (film)", "topic": "Arts", "description": "1942 film",
+     "extract": "Casablanca is a 1942 American romantic drama film directed by Michael Curtiz. It stars Humphrey "
+                "Bogart."},
+    {"title": "Death of a Salesman", "topic": "Arts", "description": "Play",
+     "extract": "Death of a Salesman is a 1949 stage play written by the American playwright Arthur Miller."},
+    {"title": "Jupiter", "topic": "Physical sciences", "description": "Planet",
+     "extract": "Jupiter is the fifth planet from the Sun, and the largest in the Solar System."},
+    {"title": "George Washington", "topic": "History", "description": "President",
+     "extract": "George Washington was a Founding Father and the first president of the United States, serving "
+                "from 1789 to 1797."},
+    {"title": "Sugar Ray Robinson", "topic": "People", "description": "Boxer",
+     "extract": "Sugar Ray Robinson was an American boxer. He was inducted into the International Boxing Hall of "
+                "Fame in 1990."},
+    {"title": "German Confederation", "topic": "History", "description": "Association of states",
+     "extract": "The German Confederation was an association of states created by the Congress of Vienna in 1815."},
+    {"title": "Ajatashatru", "topic": "People", "description": "King",
+     "extract": "Ajatashatru fought a war against the Vajjika League, led by the Licchavis."},
+]  # fmt: skip
+
+
+def test_wh_questions_front_the_wh_word():
+    rows = qs.wh_questions(WH_ENTRIES, max_per_passage=5)
+    by_question = {row["question"]: row for row in rows}
+    assert by_question["Who directed Casablanca?"]["answers"] == ["Michael Curtiz"]  # passive -> active
+    # A descriptor between "by" and the name is skipped.
+    assert by_question["Who wrote Death of a Salesman?"]["answers"] == ["Arthur Miller"]
+    # Ordinal / superlative definite descriptions, up to a comma or a date phrase; "Who" for a president.
+    assert by_question["What is the fifth planet from the Sun?"]["answers"] == ["Jupiter"]
+    assert by_question["Who was the first president of the United States?"]["answers"] == ["George Washington"]
+    # A date moved in front of the copula, with the participle phrase kept.
+    fronted = "In what year was Sugar Ray Robinson inducted into the International Boxing Hall of Fame?"
+    assert by_question[fronted]["answers"] == ["1990"]
+    # "created by the Congress of Vienna": "Congress of" is no descriptor, and no question names Vienna alone.
+    assert not any(row["answers"] == ["Vienna"] for row in rows)
+    # "led by" in a clause after a comma modifies another noun, not the subject.
+    assert not any("Ajatashatru" in row["question"] for row in rows)
+    for row in rows:
+        assert row["source"] == "wh" and row["relation"] in ("wh_agent", "wh_definite", "wh_fronted")
+        entry = next(entry for entry in WH_ENTRIES if f"wiki:{entry['title']}" == row["gold_source"])
+        assert has_answer(entry["extract"], row["answers"]), row
+        assert not has_answer(row["question"], row["answers"]), row
+
+
 def test_title_questions():
     rows = {row["answers"][0]: row for row in qs.title_questions(ENTRIES)}
     assert rows["Charlie Chaplin"]["question"] == "Who was the English comic actor and filmmaker (1889–1977)?"

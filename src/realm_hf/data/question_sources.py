@@ -13,6 +13,11 @@ Sources (`"source"` of each row):
 - `title`: the Wikidata short descriptions of the same package, answered by the article's title
   ([`title_questions`]): "Lattice tower in Paris, France" -> "What is the lattice tower in Paris, France?" -> "Eiffel
   Tower".
+- `wh`: questions with the wh-word in front, as people ask them, from summary sentences that open with the article's
+  name ([`wh_questions`]): "Casablanca is a 1942 film directed by Michael Curtiz." -> "Who directed Casablanca?",
+  superlative and ordinal descriptions ("What is the most abundant organic polymer on Earth?" -> "Cellulose") and
+  dates and places moved in front ("In what year was Sugar Ray Robinson inducted into the International Boxing Hall
+  of Fame?"). Agent and fronted questions, unlike title questions, are answered by a span that is not the title.
 - `factbook_fields`: scalar factbook fields beyond the ten template relations (area, population, languages, religions,
   borders, climate, terrain, ...) and 2-3 paraphrases of every relation that avoid the field's own words
   ([`factbook_field_questions`]).
@@ -70,11 +75,12 @@ __all__ = [
     "split_by_passage",
     "title_questions",
     "unanswerable_questions",
+    "wh_questions",
     "wikipedia_entries",
     "write_question_sources",
 ]
 
-SOURCES = ("factbook", "quiz", "cloze", "title", "factbook_fields", "elements", "unanswerable")
+SOURCES = ("factbook", "quiz", "cloze", "title", "wh", "factbook_fields", "elements", "unanswerable")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -393,6 +399,168 @@ def cloze_questions(
             rows.append({"question": question, "answers": [answer], "relation": f"cloze_{kind}", "source": "cloze",
                          "country": None, "gold_source": f"wiki:{entry['title']}"})  # fmt: skip
     logger.info(f"Built {len(rows)} cloze questions from {len(entries)} summaries")
+    return rows
+
+
+# Passive participle -> active past tense, for "X was written by Y" -> "Who wrote X?".
+_AGENT_VERBS = {
+    "written": "wrote", "co-written": "co-wrote", "painted": "painted", "composed": "composed", "directed": "directed",
+    "founded": "founded", "co-founded": "co-founded", "discovered": "discovered", "invented": "invented",
+    "designed": "designed", "built": "built", "developed": "developed", "created": "created", "produced": "produced",
+    "proposed": "proposed", "formulated": "formulated", "established": "established", "published": "published",
+    "sculpted": "sculpted", "authored": "authored", "conceived": "conceived", "devised": "devised",
+    "coined": "coined", "introduced": "introduced", "illustrated": "illustrated", "translated": "translated",
+    "led": "led", "ruled": "ruled", "defeated": "defeated", "assassinated": "assassinated", "drawn": "drew",
+    "sung": "sang", "recorded": "recorded", "named": "named", "described": "described", "commissioned": "commissioned",
+}  # fmt: skip
+_COPULA = r"(?:is|was|are|were)"
+# "<subject> is a 1942 American film directed by [the] [American] [film director] Michael Curtiz": no comma or clause
+# between the copula and the participle, so the participle modifies the subject's own noun phrase.
+_AGENT = re.compile(
+    rf"^\s*{_COPULA}\s+(?:(?:a|an|the)\s+)?[^,;()]{{0,80}}?\b(?P<verb>{'|'.join(sorted(_AGENT_VERBS, key=len)[::-1])})"
+    r"(?:\s+and\s+[a-z-]+)?\s+by\s+(?:the\s+)?(?:[A-Z][a-z-]+\s+(?=(?!(?:of|the|and|de)\b)[a-z]))?"
+    r"(?:(?!(?:of|the|and|de)\b)[a-z][\w-]*\s+){0,2}(?=[A-Z])"
+)
+_ORDINALS = frozenset(
+    """first second third fourth fifth sixth seventh eighth ninth tenth last only most least
+    largest smallest biggest longest shortest highest lowest deepest oldest youngest earliest latest tallest""".split()
+)
+# "<subject> is the fifth planet from the Sun and the largest in the Solar System" -> the definite description.
+# "is the ...", "served as the ...", "was a Founding Father and the first president of ...".
+_DEFINITE = re.compile(rf"\s*(?:{_COPULA}|served as|became)\s+(?:(?:a|an)\s+[^,;()]{{0,40}}?\s+and\s+)?the\s+"
+                       r"(?P<description>[^,;()]+?)(?=\s+(?:from|since|between|until|in)\s+\d|"
+                       r"\s+(?:who|which|that|whose|during|serving)\b|[,;(.]|$)")  # fmt: skip
+_PERSON_NOUN = re.compile(r"\b(?:president|king|queen|emperor|empress|pope|caliph|pharaoh|prime minister|chancellor|"
+                          r"ruler|monarch|sultan|shah|tsar|person|man|woman|writer|author|poet|painter|composer|"
+                          r"philosopher|scientist|astronaut|explorer|leader|son|daughter|wife|husband)s?\b")  # fmt: skip
+_ORDINAL_NUMBER = re.compile(r"^\d+(?:st|nd|rd|th)$")
+_FRONTABLE_WH = ("in what year", "where", "on what date")
+# A fronted question reads well when what follows the copula is a participle and a short phrase ("born in London").
+_PARTICIPLE = re.compile(r"^(?:[a-z]+ed|born|built|held|known|made|written|seen|found|given|shown|taken|begun|drawn|"
+                         r"grown|sold|won|laid|set|fought|led|hung|run|buried|killed|crowned|elected)\b")  # fmt: skip
+MAX_FRONTED_WORDS = 10
+
+
+def _subject(sentence: str, title: str) -> tuple[str, str] | None:
+    """(subject as written, rest of the sentence) when the sentence opens with the article's name: "The Eiffel
+    Tower ..." -> ("The Eiffel Tower", " is ..."); else `None`."""
+    bare = _bare_title(title)
+    for subject in (bare, f"The {bare}", f"The {bare[0].lower()}{bare[1:]}"):
+        if sentence.startswith(subject) and not sentence[len(subject) : len(subject) + 1].isalnum():
+            return subject, sentence[len(subject) :]
+    return None
+
+
+def _in_question(subject: str) -> str:
+    return "the" + subject[3:] if subject.startswith("The ") else subject
+
+
+def _agent_question(subject: str, rest: str, topics: dict[str, str]) -> tuple[str, str] | None:
+    """ "Casablanca" + " is a 1942 film directed by Michael Curtiz." -> ("Who directed Casablanca?", "Michael
+    Curtiz"), or `None`."""
+    agent = _AGENT.match(rest)
+    entity = _ENTITY.match(rest, agent.end()) if agent else None
+    if entity is None:
+        return None
+    name = entity.group(0).rstrip(".")
+    following = re.match(r"\s*([\w'’]+)", rest[entity.end() :])
+    if following and following.group(1)[0].islower() and following.group(1) not in _FOLLOWING_WORDS:
+        return None  # a modifier: "by the Abbasid dynasty"
+    if not name or (len(name.split()) == 1 and name.lower() not in topics):
+        return None  # one capitalised word that is no article: an adjective ("by Macedonian rulers")
+    return f"Who {_AGENT_VERBS[agent.group('verb')]} {_in_question(subject)}?", name
+
+
+def _definite_question(subject: str, rest: str, topic: str) -> tuple[str, str] | None:
+    """ "Jupiter" + " is the fifth planet from the Sun, and ..." -> ("What is the fifth planet from the Sun?",
+    "Jupiter"), or `None`: only descriptions opening with an ordinal or a superlative, which one thing fits."""
+    definite = _DEFINITE.match(rest)
+    if definite is None and topic == "People":  # "..., who served as the first president of ..."
+        relative = re.search(r"\bwho\s+(?=(?:served as|was|became)\s+the\s)", rest)
+        definite = _DEFINITE.match(rest, relative.end()) if relative else None
+    if definite is None:
+        return None
+    description = definite.group("description").strip()
+    first_word = description.split()[0].lower()
+    if not (first_word in _ORDINALS or _ORDINAL_NUMBER.match(first_word)) or not 3 <= len(description.split()) <= 16:
+        return None
+    person = topic == "People" or bool(_PERSON_NOUN.search(description))
+    tense = "was" if re.match(r"\s*(?:was|were)\b", rest) or person and "served" in rest[:12] else "is"
+    return f"{'Who' if person else 'What'} {tense} the {description}?", subject.removeprefix("The ")
+
+
+def _fronted_questions(sentence: str, subject: str, rest: str, title: str,
+                       topics: dict[str, str]) -> list[tuple[str, str]]:  # fmt: skip
+    """The date and place spans of [`cloze_questions`] moved before the copula, where a participle and a short phrase
+    follow it: "Charlie Chaplin was born in London in 1889." -> ("In what year was Charlie Chaplin born in London?",
+    "1889")."""
+    copula = re.match(rf"\s+({_COPULA})\s+", rest)
+    if copula is None:
+        return []
+    offset = len(sentence) - len(rest) + copula.end()  # where the copula's complement starts
+    questions = []
+    for start, end, wh, eaten, _kind in _cloze_spans(sentence, title, topics):
+        if start - eaten < offset or wh not in _FRONTABLE_WH:
+            continue
+        remainder = (sentence[offset : start - eaten] + sentence[end:]).strip().rstrip(".").strip()
+        remainder = re.sub(r"\s+,", ",", re.sub(r"\s{2,}", " ", remainder)).strip(" ,")
+        if not _PARTICIPLE.match(remainder) or len(remainder.split()) > MAX_FRONTED_WORDS:
+            continue
+        question = f"{wh[0].upper()}{wh[1:]} {copula.group(1)} {_in_question(subject)} {remainder}?"
+        answer = sentence[start:end]
+        if not _contains(_tokens(question), _tokens(answer)):
+            questions.append((question, answer))
+    return questions
+
+
+def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, max_sentences: int = 4,
+                 seed: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+    """Questions with the wh-word in front, as people ask them, from summary sentences that open with the article's
+    name (Lewis et al. 2019's rule-based wh-movement, for three sentence shapes):
+
+    - agent: "Casablanca is a 1942 American film directed by Michael Curtiz." -> "Who directed Casablanca?" ->
+      "Michael Curtiz" (the passive participle turned active; a descriptor before the name, "by the American
+      playwright Arthur Miller", is skipped);
+    - definite description: "Jupiter is the fifth planet from the Sun, and the largest in the Solar System." ->
+      "What is the fifth planet from the Sun?" -> "Jupiter" (descriptions that start with an ordinal or superlative,
+      so that one thing fits, up to a comma or a date phrase; "Who" for People articles and person nouns);
+    - fronted: the date or place spans of [`cloze_questions`] moved in front of the copula: "Charlie Chaplin was
+      born in London in 1889." -> "In what year was Charlie Chaplin born in London?" -> "1889".
+
+    Unlike title questions, agent and fronted questions are answered by a span other than the article's title, in the
+    article's own words; the answer is located in its passage by construction. Up to `max_per_passage` per summary,
+    agent questions first, then definite, then fronted.
+
+    Returns:
+        `list[dict]`: `{"question", "answers": [span], "relation": "wh_<agent|definite|fronted>", "source": "wh",
+        "country": None, "gold_source": "wiki:<title>"}`.
+    """
+    topics = {entry["title"].lower(): entry.get("topic", "") for entry in entries}
+    topics.update({_bare_title(entry["title"]).lower(): entry.get("topic", "") for entry in entries})
+    generator = random.Random(seed)
+    rows = []
+    for entry in entries:
+        candidates = []
+        for sentence in _SENTENCE_SPLIT.split(entry["extract"])[:max_sentences]:
+            sentence = _self_contained(sentence.strip(), entry["title"])
+            opened = _subject(sentence, entry["title"]) if sentence else None
+            if opened is None or len(sentence.split()) > MAX_QUESTION_WORDS:
+                continue
+            subject, rest = opened
+            agent = _agent_question(subject, rest, topics)
+            definite = _definite_question(subject, rest, entry.get("topic", ""))
+            candidates += [("agent", *agent)] if agent else []
+            candidates += [("definite", *definite)] if definite else []
+            candidates += [("fronted", *pair) for pair in _fronted_questions(sentence, subject, rest, entry["title"],
+                                                                             topics)]  # fmt: skip
+        generator.shuffle(candidates)
+        chosen = sorted(candidates, key=lambda candidate: ("agent", "definite", "fronted").index(candidate[0]))
+        for kind, question, answer in chosen[:max_per_passage]:
+            if not _contains(_tokens(entry["extract"]), _tokens(answer)):
+                continue
+            rows.append({"question": question, "answers": [answer], "relation": f"wh_{kind}", "source": "wh",
+                         "country": None, "gold_source": f"wiki:{entry['title']}"})  # fmt: skip
+    logger.info(f"Built {len(rows)} wh-fronted questions from {len(entries)} summaries")
     return rows
 
 
@@ -746,7 +914,7 @@ def build_question_sources(
     if unknown:
         raise ValueError(f"sources: expected names among {list(SOURCES)}, received {unknown}")
     built: dict[str, list[dict[str, Any]]] = {}
-    entries = wikipedia_entries() if {"cloze", "title"} & set(sources) else []
+    entries = wikipedia_entries() if {"cloze", "title", "wh"} & set(sources) else []
     if "quiz" in sources:
         from .quiz import build_quiz_questions
 
@@ -760,6 +928,8 @@ def build_question_sources(
         built["cloze"] = cloze_questions(entries, seed=seed)
     if "title" in sources:
         built["title"] = title_questions(entries)
+    if "wh" in sources:
+        built["wh"] = wh_questions(entries, seed=seed)
     if "factbook_fields" in sources:
         built["factbook_fields"] = factbook_field_questions(tokenizer=tokenizer)
     if "factbook" in sources:
