@@ -14,9 +14,12 @@
 3. With --choose-searcher: the candidates with the higher mean dev EM over the sources, dense or hybrid, become the
    model's own (`searcher.json` written into --model for hybrid, removed for dense).
 4. With --fit-calibration: a logistic calibration fitted on the dev answers of the model's own searcher (unanswerable
-   questions count as wrong), the threshold chosen on dev (<= 25% of correct answers abstained), both goals measured
-   on the test split (at most --max-test-per-source per source), `calibration.json` written into --model, and an
-   accuracy-coverage plot (--plot, needs matplotlib: `pip install realm_hf[plot]`).
+   questions count as wrong), its features chosen by leave-one-source-out (the set whose calibration, fitted without
+   a source, abstains least on that source's correct answers at the worst), the threshold chosen on dev so that at
+   most 25% of the correct answers of every source are abstained (--pooled-threshold: of all sources pooled), both
+   goals measured on the test split (at most --max-test-per-source per source) and on --check-questions (questions of
+   no source, never fitted on), `calibration.json` written into --model, and an accuracy-coverage plot (--plot, needs
+   matplotlib: `pip install realm_hf[plot]`).
 
 Writes one JSON (--output) with every number; the model card and docs/default-model.md quote it.
 """
@@ -34,6 +37,12 @@ import torch
 logger = logging.getLogger("evaluate_question_sources")
 
 KS = (1, 5, 20)
+# Candidate calibration features (names from realm_hf.evaluation.calibration.CALIBRATION_FEATURES).
+FEATURE_SETS = {
+    "all": ("log_span_probability", "span_logit", "margin", "log_block_probability", "max_retrieval_logit"),
+    "probabilities": ("log_span_probability", "margin", "log_block_probability"),
+    "span": ("log_span_probability", "margin"),
+}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -143,6 +152,18 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--fit-calibration", action="store_true")
     parser.add_argument("--max-correct-abstained", type=float, default=0.25)
+    parser.add_argument(
+        "--pooled-threshold",
+        action="store_true",
+        help="choose the threshold on all dev answers pooled (default: the budget holds within every source)",
+    )
+    parser.add_argument(
+        "--check-questions",
+        type=Path,
+        default=Path(__file__).parent / "everyday_questions.jsonl",
+        help="questions of no source (JSONL with answers) read once with the fitted calibration: a check of how it "
+        "abstains on questions unlike the dev sets (never used for fitting)",
+    )
     parser.add_argument("--plot", type=Path, default=None, help="accuracy-coverage PNG (with --fit-calibration)")
     args = parser.parse_args(argv)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:  # before the work, not after it
@@ -231,6 +252,7 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         accuracy_coverage,
         choose_threshold,
         fit_calibration,
+        leave_one_group_out,
     )
 
     def gather(rows_by_source, results_by_source):
@@ -244,10 +266,23 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
             sources += [source] * len(rows)
         return torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources
 
-    features, correct, answerable, _ = gather(dev_rows, dev_results)
-    calibration = fit_calibration(features, correct)
+    features, correct, answerable, sources = gather(dev_rows, dev_results)
+    groups = None if args.pooled_threshold else sources
+    # Which features: those whose calibration, fitted without a source, abstains least on that source's correct
+    # answers at the worst (raw logits shift between kinds of question; probabilities and margins less so).
+    held_out = {}
+    for name, names in FEATURE_SETS.items():
+        rates = leave_one_group_out(features, correct, answerable, sources, names, args.max_correct_abstained,
+                                    per_group_threshold=not args.pooled_threshold)  # fmt: skip
+        shares = [rate["correct_abstained"] for rate in rates.values() if rate["correct_abstained"] is not None]
+        held_out[name] = {"features": list(names), "worst_correct_abstained": max(shares),
+                          "mean_correct_abstained": sum(shares) / len(shares), "by_source": rates}  # fmt: skip
+        logger.info("features %s: held-out sources' correct answers abstained, worst %.3f, mean %.3f", name,
+                    held_out[name]["worst_correct_abstained"], held_out[name]["mean_correct_abstained"])  # fmt: skip
+    chosen_features = min(held_out, key=lambda name: held_out[name]["worst_correct_abstained"])
+    calibration = fit_calibration(features, correct, FEATURE_SETS[chosen_features])
     confidences = calibration.confidence(features)
-    threshold, dev_rates = choose_threshold(confidences, correct, answerable, args.max_correct_abstained)
+    threshold, dev_rates = choose_threshold(confidences, correct, answerable, args.max_correct_abstained, groups)
     calibration.threshold = threshold
     test_rows = {source: sample(read_jsonl(args.questions / f"{source}.test.jsonl"),
                                 args.max_test_per_source * (2 if source == "unanswerable" else 1), args.seed)
@@ -269,10 +304,21 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         mask = torch.tensor([name == source for name in test_sources])
         by_source[source] = abstention_rates(test_confidences[mask], test_correct[mask], test_answerable[mask],
                                              threshold)  # fmt: skip
+    check = {}
+    if args.check_questions is not None and args.check_questions.is_file():
+        check_rows = read_jsonl(args.check_questions)
+        check_results = read(open_qa, searcher, check_rows, args.batch_size)
+        check_features, check_correct, check_answerable, _ = gather({"check": check_rows}, {"check": check_results})
+        check = {"questions": str(args.check_questions), "exact_match": float(check_correct.double().mean()),
+                 **abstention_rates(calibration.confidence(check_features), check_correct, check_answerable,
+                                    threshold)}  # fmt: skip
+        logger.info("check questions (%s): %s", args.check_questions.name, check)
     calibration.metadata = {
         "fitted_on": "dev answers of the model's own searcher, all question sources (unanswerable = wrong)",
+        "threshold_rule": "pooled" if args.pooled_threshold else "per source",
+        "features_chosen_by": "leave-one-source-out: lowest worst held-out share of correct answers abstained",
         "dev_examples": len(features), "dev_correct": int(correct.sum()), "max_correct_abstained":
-        args.max_correct_abstained, "dev": dev_rates, "test": test_rates,
+        args.max_correct_abstained, "dev": dev_rates, "test": test_rates, "check": check,
     }  # fmt: skip
     calibration.save(args.model)
     logger.info("calibration: threshold %.3f; dev %s; test %s", threshold, dev_rates, test_rates)
@@ -281,8 +327,16 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
     if args.plot is not None:
         plot(args.plot, curves, dev_rates, test_rates)
     thin = {name: points[:: max(1, len(points) // 50)] + points[-1:] for name, points in curves.items()}
+    answers = {split: [{"source": source, "features": [round(value, 5) for value in row.tolist()],
+                        "correct": bool(right), "answerable": bool(can)}
+                       for source, row, right, can in zip(names, split_features, split_correct, split_answerable,
+                                                          strict=True)]
+               for split, (split_features, split_correct, split_answerable, names) in
+               {"dev": (features, correct, answerable, sources),
+                "test": (test_features, test_correct, test_answerable, test_sources)}.items()}  # fmt: skip
     return {"calibration": calibration.to_dict(), "dev": dev_rates, "test": test_rates, "test_by_source": by_source,
-            "test_reliability": bins, "accuracy_coverage": thin}  # fmt: skip
+            "test_reliability": bins, "check": check, "feature_sets": held_out, "features_chosen": chosen_features,
+            "accuracy_coverage": thin, "answers": answers}  # fmt: skip
 
 
 def plot(path: Path, curves: dict, dev_rates: dict, test_rates: dict) -> None:

@@ -13,6 +13,7 @@ from realm_hf.evaluation.calibration import (
     accuracy_coverage,
     choose_threshold,
     fit_calibration,
+    leave_one_group_out,
 )
 
 
@@ -73,6 +74,45 @@ def test_choose_threshold_meets_the_budget_on_correct_answers():
     assert choose_threshold(confidences, correct, answerable, max_correct_abstained=0.0)[0] == pytest.approx(0.1)
     with pytest.raises(ValueError, match="unanswerable question cannot be answered correctly"):
         choose_threshold([0.5], [True], [False])
+
+
+def test_choose_threshold_per_group_holds_the_budget_in_every_group():
+    # Group "easy": 8 correct answers at 0.6 .. 0.95; group "hard": 4 correct answers at 0.1 .. 0.4.
+    easy = [0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
+    hard = [0.1, 0.2, 0.3, 0.4]
+    confidences = easy + hard + [0.05, 0.5]
+    correct = [True] * 12 + [False] * 2
+    answerable = [True] * 12 + [False] * 2
+    groups = ["easy"] * 8 + ["hard"] * 4 + ["none"] * 2
+    pooled, _ = choose_threshold(confidences, correct, answerable, 0.25)
+    assert pooled == pytest.approx(0.4)  # 3 of 12 pooled: every "hard" answer but the best is abstained
+    threshold, rates = choose_threshold(confidences, correct, answerable, 0.25, groups=groups)
+    assert threshold == pytest.approx(0.2)  # "hard"'s own threshold, the smaller of the two (easy: 0.65)
+    for name, answers in (("easy", easy), ("hard", hard)):
+        assert sum(value < threshold for value in answers) <= 0.25 * len(answers), name
+    assert rates["unanswerable_abstained"] == pytest.approx(0.5)  # 0.05 is, 0.5 is not
+    with pytest.raises(ValueError, match="one name per answer"):
+        choose_threshold(confidences, correct, answerable, groups=groups[:-1])
+
+
+def test_leave_one_group_out_measures_a_group_the_fit_never_saw():
+    # Two groups share the law "correct iff margin is high" but one has its span logits shifted by +5: a calibration
+    # that leans on span_logit and never saw that group is fooled by it; one on the margin alone is not.
+    generator = torch.Generator().manual_seed(0)
+    n = 600
+    features = torch.randn(n, len(CALIBRATION_FEATURES), generator=generator, dtype=torch.float64)
+    correct = features[:, 2] + 0.3 * torch.randn(n, generator=generator, dtype=torch.float64) > 0
+    groups = ["a"] * 300 + ["b"] * 300
+    features[:300, 1] = features[:300, 2] + 0.5 * torch.randn(300, generator=generator, dtype=torch.float64)
+    features[300:, 1] = features[300:, 2] - 3.0  # group b: same margins, much lower span logits
+    answerable = torch.ones(n, dtype=torch.bool)
+    both = leave_one_group_out(features, correct, answerable, groups, ("span_logit", "margin"))
+    margin_only = leave_one_group_out(features, correct, answerable, groups, ("margin",))
+    assert set(both) == set(margin_only) == {"a", "b"}
+    assert margin_only["b"]["correct_abstained"] < 0.4
+    assert both["b"]["correct_abstained"] > margin_only["b"]["correct_abstained"]
+    with pytest.raises(ValueError, match="one name per answer"):
+        leave_one_group_out(features, correct, answerable, groups[:-1])
 
 
 def test_accuracy_coverage_curve():

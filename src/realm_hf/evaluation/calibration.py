@@ -32,6 +32,7 @@ __all__ = [
     "accuracy_coverage",
     "choose_threshold",
     "fit_calibration",
+    "leave_one_group_out",
 ]
 
 CALIBRATION_FILE = "calibration.json"
@@ -204,9 +205,14 @@ def choose_threshold(
     correct: torch.Tensor | Sequence[bool],
     answerable: torch.Tensor | Sequence[bool],
     max_correct_abstained: float = 0.25,
+    groups: Sequence[str] | None = None,
 ) -> tuple[float, dict]:
     """The threshold that abstains on the most unanswerable questions while abstaining on at most
     `max_correct_abstained` of the correctly answered ones (`abstained = confidence < threshold`).
+
+    With `groups` (one name per answer, e.g. its question source) the budget holds within every group that has correct
+    answers: the threshold is the smallest of the groups' own. Pooled, a group whose correct answers are less confident
+    than the rest (general questions beside templated ones) can have most of them abstained.
 
     Returns:
         `(threshold, rates)`: `rates` holds `unanswerable_abstained`, `correct_abstained`, `wrong_abstained`
@@ -222,6 +228,17 @@ def choose_threshold(
         raise ValueError("an unanswerable question cannot be answered correctly")
     if not 0.0 <= max_correct_abstained <= 1.0:
         raise ValueError(f"max_correct_abstained must lie in [0, 1], received {max_correct_abstained}")
+    if groups is not None:
+        if len(groups) != len(confidences):
+            raise ValueError(f"groups: expected one name per answer ({len(confidences)}), received {len(groups)}")
+        names = sorted({name for name, right in zip(groups, correct.tolist(), strict=True) if right})
+        thresholds = []
+        for name in names:
+            mask = torch.tensor([group == name for group in groups])
+            thresholds.append(choose_threshold(confidences[mask], correct[mask], answerable[mask],
+                                               max_correct_abstained)[0])  # fmt: skip
+        threshold = min(thresholds, default=1.0)
+        return threshold, abstention_rates(confidences, correct, answerable, threshold)
     correct_confidences = torch.sort(confidences[correct]).values
     if len(correct_confidences) == 0:
         threshold = 1.0
@@ -231,6 +248,41 @@ def choose_threshold(
         # The largest threshold that abstains on at most `allowed` of them: any higher one passes the next.
         threshold = float(correct_confidences[allowed]) if allowed < len(correct_confidences) else 1.0
     return threshold, abstention_rates(confidences, correct, answerable, threshold)
+
+
+def leave_one_group_out(
+    features: torch.Tensor | Sequence[Sequence[float]],
+    correct: torch.Tensor | Sequence[bool],
+    answerable: torch.Tensor | Sequence[bool],
+    groups: Sequence[str],
+    feature_names: Sequence[str] = CALIBRATION_FEATURES,
+    max_correct_abstained: float = 0.25,
+    per_group_threshold: bool = True,
+) -> dict[str, dict]:
+    """How a calibration abstains on a kind of question it never saw: for each group with correct answers, fit
+    ([`fit_calibration`]) and choose the threshold ([`choose_threshold`]) on the other groups (unanswerable questions
+    included), then measure [`abstention_rates`] on the held-out group. Users ask questions of kinds no dev set has;
+    this is the closest a dev set comes to measuring that.
+
+    Returns:
+        `{group: rates}` for every held-out group, rates as in [`abstention_rates`].
+    """
+    features = torch.as_tensor(features, dtype=torch.float64)
+    correct = torch.as_tensor(correct, dtype=torch.bool)
+    answerable = torch.as_tensor(answerable, dtype=torch.bool)
+    if len(groups) != len(features):
+        raise ValueError(f"groups: expected one name per answer ({len(features)}), received {len(groups)}")
+    results = {}
+    for name in sorted({name for name, right in zip(groups, correct.tolist(), strict=True) if right}):
+        held_out = torch.tensor([group == name for group in groups])
+        rest = [group for group, out in zip(groups, held_out.tolist(), strict=True) if not out]
+        calibration = fit_calibration(features[~held_out], correct[~held_out], feature_names)
+        threshold, _ = choose_threshold(calibration.confidence(features[~held_out]), correct[~held_out],
+                                        answerable[~held_out], max_correct_abstained,
+                                        groups=rest if per_group_threshold else None)  # fmt: skip
+        results[name] = abstention_rates(calibration.confidence(features[held_out]), correct[held_out],
+                                         answerable[held_out], threshold)  # fmt: skip
+    return results
 
 
 def abstention_rates(confidences, correct, answerable, threshold: float) -> dict:
