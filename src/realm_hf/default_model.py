@@ -13,7 +13,11 @@ layout: see docs/loading.md.
 import os
 from pathlib import Path
 
+from transformers.utils import logging
+
 from .loading import CORPUS_BUILDERS, CORPUS_FILE, INDEX_DIR, load_open_qa
+
+logger = logging.get_logger(__name__)
 
 DEFAULT_MODEL_NAME = "realm-minilm-factbook"
 # Several topics (countries, literature, chemistry, world geography), each answered right by realm-minilm-factbook
@@ -48,6 +52,23 @@ def default_model_dir() -> Path | None:
     return None
 
 
+def _build_quietly(directory: Path):
+    """Builds the cached corpus store without `datasets`' "Saving the dataset" bar (a second's work a user never
+    asked for, printed into the first `realm-hf ask` or `demo`); the bars' previous state is restored."""
+    import datasets
+
+    from .data.corpora import build_offline_document_store
+
+    logger.info(f"Building the offline corpus once, into {directory}")
+    were_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        return build_offline_document_store(directory)
+    finally:
+        if not were_disabled:
+            datasets.enable_progress_bars()
+
+
 def offline_corpus_store(cache_dir: str | os.PathLike | None = None, expected: dict | None = None):
     """The offline corpus as a `DocumentStore`, built from the installed packages once and cached (seconds).
 
@@ -55,17 +76,16 @@ def offline_corpus_store(cache_dir: str | os.PathLike | None = None, expected: d
         cache_dir (*optional*): where the store is kept; defaults to `realm_hf_home() / "offline-corpus"`.
         expected (`dict`, *optional*): `{"num_blocks", "fingerprint"}` to check (a model's `corpus.json`).
     """
-    from .data.corpora import build_offline_document_store
     from .retrieval.document_store import DocumentStore
 
     directory = Path(cache_dir) if cache_dir is not None else realm_hf_home() / "offline-corpus"
     try:
         store = DocumentStore.load(directory)
     except (OSError, ValueError):
-        store = build_offline_document_store(directory)
+        store = _build_quietly(directory)
     if expected is not None and expected.get("fingerprint") not in (None, store.fingerprint()):
         # A stale cache (e.g. other package versions before): rebuild once, then compare again.
-        store = build_offline_document_store(directory)
+        store = _build_quietly(directory)
         if store.fingerprint() != expected["fingerprint"]:
             raise ValueError(
                 f"the installed corpus packages give a corpus of {len(store)} blocks with fingerprint "
