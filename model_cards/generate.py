@@ -363,10 +363,10 @@ qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=r
 print(qa(["What is the capital of Peru?", "What is the atomic number of argon?"], batch_size=2))
 ```
 
-Regenerate it end to end (about 1.5 hours on 2 CPU cores):
+Regenerate it stage by stage with `examples/build_default_model.py` (each stage resumable; the commands of both
+fine-tuning rounds and their wall times on 2 CPU cores are in docs/default-model.md, "The shipped model"), then:
 
 ```bash
-python examples/build_default_model.py --work-dir build/default_model --output-dir models/realm-minilm-factbook
 python model_cards/generate.py
 ```"""
 
@@ -382,7 +382,7 @@ ACCURACY_COVERAGE_PNG = "realm-minilm-factbook-accuracy-coverage.png"
 
 
 def _system_names(shipped: str) -> dict[str, str]:
-    return {shipped: "this model", "realm": "this model", "before": "the previous default (factbook questions only)",
+    return {shipped: "this model", "realm": "this model", "before": "the previous default model",
             f"bm25+reader ({shipped})": "BM25 (bm25s) + this reader", "bm25+reader (realm)": "BM25 (bm25s) + this reader",
             "bm25+reader": "BM25 (bm25s) + this reader",
             "minilm-mean": "mean-pooled all-MiniLM-L6-v2 (retrieval only)",
@@ -441,7 +441,8 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
             "### Knowing when it does not know",
             "",
             "Each answer carries a calibrated `confidence` and `abstained` (confidence below the threshold chosen on "
-            "dev: the largest that abstains on at most 25% of the correctly answered dev questions); `realm-hf ask` "
+            "dev: the largest that abstains on at most 25% of the correctly answered dev questions of every question "
+            "source, on features chosen by leave-one-source-out); `realm-hf ask` "
             "prints `(not sure)` before an abstained answer, which stays the best guess. Unanswerable questions are "
             "personal, future, fictional and not-in-corpus questions (`realm_hf.data.question_sources`, templates "
             "split between dev and test). Measured by `examples/evaluate_question_sources.py --fit-calibration`:",
@@ -475,7 +476,8 @@ def default_model_card() -> Card | None:
                 "A REALM/ORQA open-domain QA model trained end to end by realm_hf, offline, on a 2-core CPU: a "
                 "MiniLM retriever warm-started with the Inverse Cloze Task, and a MiniLM reader fine-tuned with the "
                 "question encoder (ORQA recipe), first on CIA World Factbook questions, then on 24,789 questions of "
-                "six kinds (factbook fields, quiz files, cloze and title questions from Wikipedia, elements)."
+                "six kinds (factbook fields, quiz files, cloze and title questions from Wikipedia, elements), then "
+                "on those and 325 who/what/when questions with the wh-word in front (the `wh` source)."
             ),
             description=(
                 "Corpus: 43,829 passages, the lead summaries of the 10,033 English Wikipedia Level-4 vital articles "
