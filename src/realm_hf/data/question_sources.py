@@ -267,6 +267,13 @@ def _bare_title(title: str) -> str:
     return _drop_parentheticals(title) or title
 
 
+def _topics_by_title(entries: Sequence[dict[str, str]]) -> dict[str, str]:
+    """Lower-cased title (with and without its parenthetical) -> the article's topic ("People", "Geography", ...)."""
+    topics = {entry["title"].lower(): entry.get("topic", "") for entry in entries}
+    topics.update({_bare_title(entry["title"]).lower(): entry.get("topic", "") for entry in entries})
+    return topics
+
+
 def _self_contained(sentence: str, title: str) -> str | None:
     """The sentence with a leading pronoun replaced by the title, if the result names the article; else `None`."""
     bare = _bare_title(title)
@@ -367,8 +374,7 @@ def cloze_questions(
         `list[dict]`: `{"question", "answers": [span], "relation": "cloze_<kind>", "source": "cloze", "country":
         None, "gold_source": "wiki:<title>"}`.
     """
-    topics = {entry["title"].lower(): entry.get("topic", "") for entry in entries}
-    topics.update({_bare_title(entry["title"]).lower(): entry.get("topic", "") for entry in entries})
+    topics = _topics_by_title(entries)
     generator = random.Random(seed)
     rows = []
     for entry in entries:
@@ -535,8 +541,7 @@ def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, ma
         `list[dict]`: `{"question", "answers": [span], "relation": "wh_<agent|definite|fronted>", "source": "wh",
         "country": None, "gold_source": "wiki:<title>"}`.
     """
-    topics = {entry["title"].lower(): entry.get("topic", "") for entry in entries}
-    topics.update({_bare_title(entry["title"]).lower(): entry.get("topic", "") for entry in entries})
+    topics = _topics_by_title(entries)
     generator = random.Random(seed)
     rows = []
     for entry in entries:
