@@ -186,11 +186,19 @@ def plot_database_scaling(scaling: Sequence[dict], path: str | Path, *, title: s
     path = Path(path)
     chunks = [entry["chunks"] for entry in scaling]
     gains = [100 * entry["gain"] for entry in scaling]
-    figure, axes = plt.subplots(figsize=(5, 3.2), dpi=120)
+    figure, axes = plt.subplots(figsize=(6, 3.6), dpi=120)
     axes.plot(chunks, gains, marker="o")
     for entry, x, y in zip(scaling, chunks, gains):
-        axes.annotate(entry.get("name", ""), (x, y), textcoords="offset points", xytext=(4, 6), fontsize=8)
+        # The last label goes below and left of its point: the longest name ("all + Wikipedia summaries") stays
+        # inside the axes and off its neighbour's label.
+        last = x == chunks[-1]
+        axes.annotate(entry.get("name", ""), (x, y), textcoords="offset points", xytext=(-4, -12) if last else (4, 6),
+                      ha="right" if last else "left", fontsize=8)  # fmt: skip
     axes.set_xscale("log")
+    # Ticks at the measured sizes, written out: labelled minor ticks of a log axis ("2x10^3", ...) overlap.
+    axes.set_xticks(chunks, [f"{count:,}" for count in chunks], fontsize=8)
+    axes.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axes.margins(x=0.08, y=0.15)
     axes.set_xlabel("database chunks")
     axes.set_ylabel("held-out gain from retrieval (%)")
     axes.axhline(0, color="grey", linewidth=0.8)
