@@ -287,6 +287,15 @@ def _self_contained(sentence: str, title: str) -> str | None:
     return sentence
 
 
+def _question_sentences(entry: dict[str, str], max_sentences: int) -> Iterable[str]:
+    """The first `max_sentences` sentences of a summary that name its article ([`_self_contained`]) and are short
+    enough to become a question."""
+    for sentence in _SENTENCE_SPLIT.split(entry["extract"])[:max_sentences]:
+        sentence = _self_contained(sentence.strip(), entry["title"])
+        if sentence is not None and len(sentence.split()) <= MAX_QUESTION_WORDS:
+            yield sentence
+
+
 def _wh_for_entity(entity: str, before: str, topics: dict[str, str]) -> tuple[str, int]:
     """(wh-phrase, characters of `before` it replaces): "in Paris" -> ("where", 3) for a place."""
     topic = topics.get(entity.lower(), "")
@@ -379,9 +388,8 @@ def cloze_questions(
     rows = []
     for entry in entries:
         candidates = []
-        for sentence in _SENTENCE_SPLIT.split(entry["extract"])[:max_sentences]:
-            sentence = _self_contained(sentence.strip(), entry["title"])
-            if sentence is None or len(sentence.split()) > MAX_QUESTION_WORDS or not sentence.endswith("."):
+        for sentence in _question_sentences(entry, max_sentences):
+            if not sentence.endswith("."):
                 continue
             for start, end, wh, eaten, kind in _cloze_spans(sentence, entry["title"], topics):
                 answer = sentence[start:end]
@@ -546,10 +554,9 @@ def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, ma
     rows = []
     for entry in entries:
         candidates = []
-        for sentence in _SENTENCE_SPLIT.split(entry["extract"])[:max_sentences]:
-            sentence = _self_contained(sentence.strip(), entry["title"])
-            opened = _subject(sentence, entry["title"]) if sentence else None
-            if opened is None or len(sentence.split()) > MAX_QUESTION_WORDS:
+        for sentence in _question_sentences(entry, max_sentences):
+            opened = _subject(sentence, entry["title"])
+            if opened is None:
                 continue
             subject, rest = opened
             agent = _agent_question(subject, rest, topics)
