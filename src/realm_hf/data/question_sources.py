@@ -503,15 +503,14 @@ def _definite_question(subject: str, rest: str, topic: str) -> tuple[str, str] |
     return f"{'Who' if person else 'What'} {tense} the {description}?", subject.removeprefix("The ")
 
 
-def _fronted_questions(sentence: str, subject: str, rest: str, title: str,
-                       topics: dict[str, str]) -> list[tuple[str, str]]:  # fmt: skip
+def _fronted_questions(sentence: str, subject: str, title: str, topics: dict[str, str]) -> list[tuple[str, str]]:
     """The date and place spans of [`cloze_questions`] moved before the copula, where a participle and a short phrase
     follow it: "Charlie Chaplin was born in London in 1889." -> ("In what year was Charlie Chaplin born in London?",
     "1889")."""
-    copula = re.match(rf"\s+({_COPULA})\s+", rest)
+    copula = re.match(rf"\s+({_COPULA})\s+", sentence[len(subject) :])
     if copula is None:
         return []
-    offset = len(sentence) - len(rest) + copula.end()  # where the copula's complement starts
+    offset = len(subject) + copula.end()  # where the copula's complement starts
     questions = []
     for start, end, wh, eaten, _kind in _cloze_spans(sentence, title, topics):
         if start - eaten < offset or wh not in _FRONTABLE_WH:
@@ -563,8 +562,9 @@ def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, ma
             definite = _definite_question(subject, rest, entry.get("topic", ""))
             candidates += [("agent", *agent)] if agent else []
             candidates += [("definite", *definite)] if definite else []
-            candidates += [("fronted", *pair) for pair in _fronted_questions(sentence, subject, rest, entry["title"],
-                                                                             topics)]  # fmt: skip
+            candidates += [
+                ("fronted", *pair) for pair in _fronted_questions(sentence, subject, entry["title"], topics)
+            ]
         generator.shuffle(candidates)
         chosen = sorted(candidates, key=lambda candidate: ("agent", "definite", "fronted").index(candidate[0]))
         for kind, question, answer in chosen[:max_per_passage]:

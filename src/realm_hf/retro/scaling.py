@@ -179,6 +179,7 @@ def plot_database_scaling(scaling: Sequence[dict], path: str | Path, *, title: s
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError as error:
         raise ImportError("plot_database_scaling needs matplotlib: pip install 'realm_hf[plot]'") from error
     if not scaling or any("chunks" not in entry or "gain" not in entry for entry in scaling):
@@ -188,10 +189,10 @@ def plot_database_scaling(scaling: Sequence[dict], path: str | Path, *, title: s
     gains = [100 * entry["gain"] for entry in scaling]
     figure, axes = plt.subplots(figsize=(6, 3.6), dpi=120)
     axes.plot(chunks, gains, marker="o")
-    for entry, x, y in zip(scaling, chunks, gains):
+    for index, (entry, x, y) in enumerate(zip(scaling, chunks, gains)):
         # The last label goes below and left of its point: the longest name ("all + Wikipedia summaries") stays
         # inside the axes and off its neighbour's label.
-        last = x == chunks[-1]
+        last = index == len(scaling) - 1
         axes.annotate(entry.get("name", ""), (x, y), textcoords="offset points", xytext=(-4, -12) if last else (4, 6),
                       ha="right" if last else "left", fontsize=8)  # fmt: skip
     axes.set_xscale("log")
