@@ -15,6 +15,7 @@ os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"
 # do not depend on the machine the suite runs on. The tests of the bf16 paths ask for bf16 or clear this variable.
 os.environ.setdefault("REALM_HF_PRECISION", "fp32")
 
+import importlib.util  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
@@ -55,6 +56,13 @@ def tiny_config(**overrides) -> RealmConfig:
     )
     fields.update(overrides)
     return RealmConfig(**fields)
+
+
+def skip_without_bm25s() -> None:
+    """Skips the calling test where `bm25s` is not installed. It does not import `bm25s`: realm_hf imports it with
+    JAX hidden (`realm_hf.retrieval.bm25`), and `pytest.importorskip` would start JAX on a GPU machine."""
+    if importlib.util.find_spec("bm25s") is None:
+        pytest.skip("bm25s is not installed")
 
 
 def write_vocab(directory: Path, tokens: list[str]) -> Path:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import seed_hub_cache
+from conftest import seed_hub_cache, skip_without_bm25s
 from transformers import pipeline
 
 from realm_hf import RealmForOpenQA, RealmRetriever, load_open_qa
@@ -98,7 +98,7 @@ def test_index_and_documents_layout_round_trips_with_titles(demo_dir, index_layo
 
 
 def test_a_hybrid_searcher_round_trips_as_its_index_and_searcher_json(index_layout, tmp_path):
-    pytest.importorskip("bm25s")
+    skip_without_bm25s()
     from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
 
     open_qa = pipeline("open-qa", model=str(index_layout), device="cpu")
@@ -249,7 +249,7 @@ def test_evaluate_takes_an_index(demo_dir, index_layout, tmp_path):
 
 
 def test_evaluate_reads_a_hybrid_model_directory(index_layout, tmp_path):
-    pytest.importorskip("bm25s")
+    skip_without_bm25s()
     from realm_hf.evaluation.realm import RealmOpenQASystem
 
     directory = tmp_path / "hybrid"

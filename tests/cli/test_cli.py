@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import skip_without_bm25s
 
 from realm_hf import RealmForOpenQA, RealmRetriever
 from realm_hf.cli.main import main
@@ -92,7 +93,7 @@ def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
 
 
 def test_ask_with_hybrid_and_bm25_searchers(demo_dir, capsys):
-    pytest.importorskip("bm25s")
+    skip_without_bm25s()
     from realm_hf.retrieval.bm25 import BM25Searcher
 
     question = "What is the capital of Japan?"
@@ -109,7 +110,7 @@ def test_ask_with_hybrid_and_bm25_searchers(demo_dir, capsys):
 
 
 def test_ask_keeps_the_models_own_searcher_unless_told(demo_dir):
-    pytest.importorskip("bm25s")
+    skip_without_bm25s()
     from realm_hf.cli.main import _choose_searcher
     from realm_hf.loading import load_open_qa
     from realm_hf.retrieval import ExactSearcher, HybridSearcher

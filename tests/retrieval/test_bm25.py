@@ -1,9 +1,15 @@
 """The BM25 baseline searcher (bm25s) over a list of texts or a DocumentStore."""
 
+import importlib.util
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
-pytest.importorskip("bm25s")
+if importlib.util.find_spec("bm25s") is None:  # not imported here: realm_hf imports it without JAX
+    pytest.skip("bm25s is not installed", allow_module_level=True)
 
 from realm_hf.retrieval.bm25 import BM25Searcher  # noqa: E402
 
@@ -78,3 +84,28 @@ def test_document_store_with_and_without_titles(tmp_path):
     # Without titles "Peru" is nowhere: both blocks score the same on "capital", lower id first.
     scores, ids = without_titles.search_text(["capital of Peru"], k=2)
     assert ids.tolist() == [[0, 1]] and scores[0, 0] == scores[0, 1] > 0
+
+
+FAKE_JAX = """
+from pathlib import Path
+Path(__file__).with_name("imported").write_text("yes")
+"""
+
+
+def test_building_an_index_leaves_jax_alone(tmp_path):
+    """bm25s starts JAX at import where JAX is installed (75% of a GPU's memory per process); realm_hf hides it."""
+    fake = tmp_path / "site" / "jax"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_JAX)
+    (fake / "lax.py").write_text("def top_k(operand, k):\n    raise AssertionError('JAX ran')\n")
+    program = (
+        "import sys; from realm_hf.retrieval.bm25 import BM25Searcher\n"
+        f"result = BM25Searcher.from_documents({TEXTS!r}).search_text(['capital of Germany'], k=1)\n"
+        "assert result.ids[0, 0] == 1 and 'jax' not in sys.modules\n"
+        "import jax; print(jax.__file__)\n"  # still importable afterwards by the program itself
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == str(fake / "__init__.py")
+    assert (fake / "imported").read_text() == "yes"  # imported once, by the program, after the index was built

@@ -8,6 +8,7 @@ with a lexical one on the same block ids (`recall_at_k`, the evaluation scripts)
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +30,23 @@ TOKEN_PATTERN = r"(?u)\b\w+\b"
 
 
 def _import_bm25s():
+    """Imports `bm25s` without letting it start JAX.
+
+    Where JAX is installed, `bm25s` runs a JAX top-k when it is imported; on a GPU machine JAX then takes 75% of the
+    GPU's memory in every process that builds a BM25 index (seen on an H100: eight test processes ran out of memory,
+    and torch in the same process is left a quarter of the card). Unless the program imported JAX itself, `bm25s` is
+    imported with JAX hidden and takes its numpy path, which is what it does wherever JAX is not installed.
+    """
+    hide_jax = "jax" not in sys.modules
+    if hide_jax:
+        sys.modules["jax"] = None  # `import jax.lax` now raises ImportError, which bm25s catches
     try:
         import bm25s
     except ImportError as error:
         raise ImportError("BM25Searcher needs `bm25s`; install it with `pip install bm25s`") from error
+    finally:
+        if hide_jax and "jax" in sys.modules and sys.modules["jax"] is None:
+            del sys.modules["jax"]
     return bm25s
 
 
