@@ -42,6 +42,21 @@ def model_location(value: str) -> str:
     return value
 
 
+def index_location(value: str) -> str:
+    """`value` if it is a directory holding `index.json` (what `realm-hf index build` writes), else `MissingFileError`
+    naming what was received, before any model is loaded."""
+    from realm_hf.errors import MissingFileError
+
+    expected = "expected an index directory written by `realm-hf index build`, holding index.json"
+    if not os.path.exists(value):
+        raise MissingFileError(f"--index {value!r}: no such directory ({expected})")
+    if not os.path.isdir(value):
+        raise MissingFileError(f"--index {value!r} is a file; {expected}")
+    if not os.path.isfile(os.path.join(value, "index.json")):
+        raise MissingFileError(f"--index {value!r} holds no index.json; {expected}")
+    return value
+
+
 def _number_at_least(value: str, parse, minimum: int, what: str):
     """`parse(value)` if it is a finite number >= `minimum`, else an argparse error that names what was received."""
     try:

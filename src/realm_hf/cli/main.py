@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .arguments import RealmHfArgumentParser, model_location, positive_int, without_weight_loading_bar
+from .arguments import RealmHfArgumentParser, index_location, model_location, positive_int, without_weight_loading_bar
 
 DESCRIPTION = """\
 REALM / ORQA retrieval-augmented question answering on Transformers 5.
@@ -53,7 +53,9 @@ def _choose_searcher(model, searcher: str | None, bm25_fraction: float | None) -
     elif bm25_fraction is None:
         bm25_fraction = own.bm25_fraction if isinstance(own, HybridSearcher) else 0.4
     bm25 = own.bm25 if isinstance(own, HybridSearcher) else None
-    model.searcher = hybrid_searcher_for(model, bm25_fraction=bm25_fraction, bm25=bm25)
+    # the model's own BM25 weight goes with its hybrid candidates; BM25's candidates alone are scored as they were
+    bm25_weight = own.bm25_weight if isinstance(own, HybridSearcher) and searcher == "hybrid" else 0.0
+    model.searcher = hybrid_searcher_for(model, bm25_fraction=bm25_fraction, bm25=bm25, bm25_weight=bm25_weight)
 
 
 def _load(model_path: str, index: str | None = None):
@@ -210,6 +212,8 @@ def cmd_ask(args) -> int:
             print(f"(no --model given and no default model installed: using the untrained demo model in {model_path})",
                   file=sys.stderr)  # fmt: skip
     model_path = model_location(model_path)  # a missing directory says so in its own words, not wrapped below
+    if args.index is not None:
+        index_location(args.index)
     try:
         model, retriever = _load(model_path, args.index)
     except (OSError, ValueError) as error:
