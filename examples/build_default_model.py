@@ -28,8 +28,8 @@ expected timings of each stage on a 2-core CPU: docs/default-model.md.
 10. export         the better of the two on dev (or --ship) as fp16 safetensors + fp16 index + model card, into
                    --output-dir.
 11. calibrate      the exported model's calibrated confidence and abstention threshold (calibration.json), the
-                   per-source table of dense vs BM25 vs hybrid candidates and the accuracy-coverage plot
-                   (examples/evaluate_question_sources.py).
+                   per-source table of dense vs BM25 vs hybrid candidates (the hybrid's BM25 weight chosen on dev
+                   from --bm25-weights) and the accuracy-coverage plot (examples/evaluate_question_sources.py).
 
 Nothing here is specific to the default model: the same stages train REALM/ORQA on any corpus and question set.
 """
@@ -676,7 +676,8 @@ def stage_calibrate(args) -> None:
                str(args.work_dir / "question_sources"), "--output", str(args.work_dir / "sources_results.json"),
                "--choose-searcher", "--fit-calibration", "--plot", str(args.work_dir / "accuracy_coverage.png"),
                "--max-read-per-source", str(args.calibrate_read_per_source), "--max-test-per-source",
-               str(args.calibrate_read_per_source // 2)]  # fmt: skip
+               str(args.calibrate_read_per_source // 2), "--bm25-weights",
+               *[f"{weight:g}" for weight in args.bm25_weights]]  # fmt: skip
     logger.info("%s", " ".join(command))
     subprocess.run(command, check=True)
 
@@ -767,6 +768,13 @@ def main(argv=None) -> None:
         type=int,
         default=100,
         help="dev questions per source read by the calibrate stage (half as many test questions)",
+    )
+    parser.add_argument(
+        "--bm25-weights",
+        type=float,
+        nargs="+",
+        default=[0.0, 2.0, 5.0, 10.0, 20.0],
+        help="the calibrate stage tries these BM25 terms in the hybrid candidates' relevance and keeps the best on dev",
     )
     parser.add_argument(
         "--factbook-only", action="store_true", help="fine-tune on the factbook templates alone (the previous recipe)"

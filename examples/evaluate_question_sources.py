@@ -141,6 +141,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--max-test-per-source", type=int, default=25, help="test questions read per source")
     parser.add_argument("--bm25-fraction", type=float, default=0.4)
+    parser.add_argument("--bm25-weights", type=float, nargs="+", default=[0.0],
+                        help="BM25 terms in the hybrid candidates' relevance (HybridSearcher's bm25_weight) to try on "
+                             "dev; the weight with the highest mean dev EM is the hybrid system's")  # fmt: skip
     parser.add_argument("--systems", nargs="+", default=["dense", "bm25", "hybrid"],
                         choices=["dense", "bm25", "hybrid"])  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=16)
@@ -184,8 +187,12 @@ def main(argv=None) -> None:
     started = time.time()
     hybrid = hybrid_searcher_for(model, bm25_fraction=args.bm25_fraction)
     logger.info("BM25 over %d blocks in %.0f s", hybrid.num_blocks, time.time() - started)
-    searchers = {"dense": hybrid.dense, "hybrid": hybrid,
-                 "bm25": HybridSearcher(hybrid.dense, hybrid.bm25, bm25_fraction=1.0)}  # fmt: skip
+    searchers = {"dense": hybrid.dense, "bm25": HybridSearcher(hybrid.dense, hybrid.bm25, bm25_fraction=1.0)}
+    weights = sorted(set(args.bm25_weights))
+    for weight in weights:
+        searchers[f"hybrid@{weight:g}"] = HybridSearcher(hybrid.dense, hybrid.bm25, args.bm25_fraction, weight)
+    systems = [name for system in args.systems
+               for name in ([f"hybrid@{weight:g}" for weight in weights] if system == "hybrid" else [system])]  # fmt: skip
 
     def block_texts(ids):
         return [retriever.block_records[block].decode("utf-8") for block in ids if block >= 0]
@@ -197,10 +204,10 @@ def main(argv=None) -> None:
     }
     dev_rows = {source: sample(read_jsonl(args.questions / f"{source}.dev.jsonl"), args.max_per_source, args.seed)
                 for source in SOURCES}  # fmt: skip
-    dev_results = {system: {} for system in args.systems}
+    dev_results = {system: {} for system in systems}
     for source, rows in dev_rows.items():
         report["dev"][source] = {}
-        for system in args.systems:
+        for system in systems:
             if source == "unanswerable" and system == "bm25":
                 continue
             started = time.time()
@@ -217,17 +224,39 @@ def main(argv=None) -> None:
             dev_results[system][source] = results
             logger.info("dev %s %s: %s", source, system, metrics)
             _write(args.output, report)
+    answerable = [source for source in SOURCES if source != "unanswerable"]
+    if "hybrid" in args.systems:  # the weight with the highest mean dev EM becomes the hybrid system
+        means = {weight: sum(report["dev"][source][f"hybrid@{weight:g}"]["exact_match"] for source in answerable)
+                 / len(answerable) for weight in weights}  # fmt: skip
+        best = max(weights, key=lambda weight: (means[weight], -weight))  # ties: the smaller weight
+        report["bm25_weight_sweep"] = {
+            "bm25_fraction": args.bm25_fraction, "chosen": best,
+            "mean_dev_exact_match": {f"{weight:g}": means[weight] for weight in weights},
+            "dev_exact_match": {f"{weight:g}": {source: report["dev"][source][f"hybrid@{weight:g}"]["exact_match"]
+                                                for source in answerable} for weight in weights},
+        }  # fmt: skip
+        for source in report["dev"]:
+            for weight in weights:
+                metrics = report["dev"][source].pop(f"hybrid@{weight:g}", None)
+                if weight == best and metrics is not None:
+                    report["dev"][source]["hybrid"] = metrics
+        searchers["hybrid"] = searchers[f"hybrid@{best:g}"]
+        dev_results["hybrid"] = dev_results[f"hybrid@{best:g}"]
+        logger.info(
+            "BM25 weight: %g (mean dev EM by weight %s)", best, report["bm25_weight_sweep"]["mean_dev_exact_match"]
+        )
+        _write(args.output, report)
     chosen = "dense"
     if args.choose_searcher:
         from realm_hf.retrieval.hybrid import save_searcher_settings
 
-        answerable = [source for source in SOURCES if source != "unanswerable"]
         means = {system: sum(report["dev"][source][system]["exact_match"] for source in answerable) / len(answerable)
                  for system in ("dense", "hybrid")}  # fmt: skip
         chosen = "hybrid" if means["hybrid"] > means["dense"] else "dense"
         save_searcher_settings(searchers[chosen], args.model)
         report["searcher_choice"] = {"mean_dev_exact_match": means, "chosen": chosen,
-                                     "bm25_fraction": args.bm25_fraction if chosen == "hybrid" else None}  # fmt: skip
+                                     "bm25_fraction": args.bm25_fraction if chosen == "hybrid" else None,
+                                     "bm25_weight": searchers["hybrid"].bm25_weight if chosen == "hybrid" else None}  # fmt: skip
         logger.info("searcher: %s (mean dev EM %s)", chosen, means)
     model.searcher = searchers[chosen]
 
@@ -304,6 +333,8 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         mask = torch.tensor([name == source for name in test_sources])
         by_source[source] = abstention_rates(test_confidences[mask], test_correct[mask], test_answerable[mask],
                                              threshold)  # fmt: skip
+        if bool((mask & test_answerable).any()):
+            by_source[source]["exact_match"] = float(test_correct[mask & test_answerable].double().mean())
     check = {}
     if args.check_questions is not None and args.check_questions.is_file():
         check_rows = read_jsonl(args.check_questions)

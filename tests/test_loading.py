@@ -102,13 +102,15 @@ def test_a_hybrid_searcher_round_trips_as_its_index_and_searcher_json(index_layo
     from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
 
     open_qa = pipeline("open-qa", model=str(index_layout), device="cpu")
-    open_qa.model.searcher = hybrid_searcher_for(open_qa.model, bm25_fraction=0.5)
+    open_qa.model.searcher = hybrid_searcher_for(open_qa.model, bm25_fraction=0.5, bm25_weight=2.0)
     expected = _answers(open_qa)
     saved = tmp_path / "saved"
     _assert_same(_round_trip(open_qa, saved), expected)
-    assert json.loads((saved / "searcher.json").read_text()) == {"searcher": "hybrid", "bm25_fraction": 0.5}
+    settings = json.loads((saved / "searcher.json").read_text())
+    assert settings == {"searcher": "hybrid", "bm25_fraction": 0.5, "bm25_weight": 2.0}
     model, retriever = load_open_qa(saved)
-    assert isinstance(model.searcher, HybridSearcher) and model.searcher.bm25_fraction == 0.5
+    assert isinstance(model.searcher, HybridSearcher)
+    assert (model.searcher.bm25_fraction, model.searcher.bm25_weight) == (0.5, 2.0)
     # an index given separately is searched as given (dense), whatever the model directory asks
     model, _ = load_open_qa(saved, index=saved / "index")
     assert isinstance(model.searcher, ExactSearcher)

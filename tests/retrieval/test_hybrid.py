@@ -65,6 +65,61 @@ def test_fraction_zero_is_the_dense_searcher_and_one_is_bm25_rescored(searchers)
     assert [set(row) for row in ids.tolist()] == [set(row) for row in expected.tolist()]
 
 
+def test_a_bm25_weight_adds_the_normalised_bm25_score_to_the_relevance(searchers):
+    dense, bm25, queries = searchers
+    plain = HybridSearcher(dense, bm25, bm25_fraction=0.4)
+    weighted = HybridSearcher(dense, bm25, bm25_fraction=0.4, bm25_weight=3.0)
+    k = 5
+    with plain.query_texts(QUESTIONS), weighted.query_texts(QUESTIONS):
+        plain_scores, plain_ids = plain.search(queries, k)
+        (scores, ids), bias = weighted.search_with_bias(queries, k)
+        again = weighted.search(queries, k)
+        _, zero_bias = plain.search_with_bias(queries, k)
+    assert torch.equal(again.ids, ids) and torch.equal(again.scores, scores)
+    assert torch.equal(zero_bias, torch.zeros(2, k))
+    found = bm25.search_text(QUESTIONS, k)
+    for row in range(2):
+        assert set(ids[row].tolist()) == set(plain_ids[row].tolist())  # the same candidates, weighed differently
+        best = found.scores[row].max().item()
+        bm25_score = dict(zip(found.ids[row].tolist(), found.scores[row].tolist(), strict=True))
+        expected_bias = [3.0 * bm25_score.get(block, 0.0) / best for block in ids[row].tolist()]
+        assert bias[row].tolist() == pytest.approx(expected_bias, rel=1e-5)
+        exact = dict(zip(plain_ids[row].tolist(), plain_scores[row].tolist(), strict=True))
+        expected = [exact[block] + extra for block, extra in zip(ids[row].tolist(), expected_bias, strict=True)]
+        assert scores[row].tolist() == pytest.approx(expected, rel=1e-5)
+        assert torch.all(scores[row, :-1] >= scores[row, 1:])
+    # BM25's best block for each question has the full weight; a weight far above the dense scores puts it first
+    assert sorted(bias.max(dim=1).values.tolist()) == pytest.approx([3.0, 3.0])
+    strong = HybridSearcher(dense, bm25, bm25_fraction=0.4, bm25_weight=1000.0)
+    with strong.query_texts(QUESTIONS):
+        assert strong.search(queries, k).ids[:, 0].tolist() == [4, 6]  # indium (49) and Lima (Peru)
+    # a weight with fraction 0: the dense candidates alone, weighed by BM25 too
+    dense_weighted = HybridSearcher(dense, bm25, bm25_fraction=0.0, bm25_weight=1.0)
+    with dense_weighted.query_texts(QUESTIONS):
+        assert set(dense_weighted.search(queries, 3).ids[0].tolist()) == set(dense.search(queries, 3).ids[0].tolist())
+    with pytest.raises(ValueError, match="bm25_weight"):
+        HybridSearcher(dense, bm25, bm25_weight=-1.0)
+    with pytest.raises(ValueError, match="bm25_weight"):
+        HybridSearcher(dense, bm25, bm25_weight=float("nan"))
+
+
+def test_searcher_settings_keep_the_bm25_weight(searchers, tmp_path):
+    from realm_hf.errors import FileFormatError
+    from realm_hf.retrieval.hybrid import load_searcher_settings, save_searcher_settings, with_searcher_settings
+
+    dense, bm25, _ = searchers
+    save_searcher_settings(HybridSearcher(dense, bm25, bm25_fraction=0.6, bm25_weight=2.5), tmp_path)
+    settings = load_searcher_settings(tmp_path)
+    assert settings == {"searcher": "hybrid", "bm25_fraction": 0.6, "bm25_weight": 2.5}
+    rebuilt = with_searcher_settings(dense, [text.encode() for text in TEXTS], settings)
+    assert (rebuilt.bm25_fraction, rebuilt.bm25_weight) == (0.6, 2.5)
+    (tmp_path / "searcher.json").write_text('{"searcher": "hybrid", "bm25_fraction": 0.4}')  # written before weights
+    assert load_searcher_settings(tmp_path)["bm25_weight"] == 0.0
+    (tmp_path / "searcher.json").write_text('{"searcher": "hybrid", "bm25_weight": -2}')
+    with pytest.raises(FileFormatError, match="received bm25_weight -2"):
+        load_searcher_settings(tmp_path)
+
+
 def test_errors(searchers):
     dense, bm25, queries = searchers
     hybrid = HybridSearcher(dense, bm25)
@@ -111,3 +166,28 @@ def test_a_model_reads_the_hybrid_candidates(tmp_path):
         spans = model.score_spans(**inputs)
     assert torch.equal(spans.retrieved_block_ids, expected_ids)
     assert torch.allclose(spans.retrieved_logits, expected_scores, atol=1e-5)
+
+
+def test_a_model_adds_the_searchers_bm25_term_to_its_retrieval_logits(tmp_path):
+    """The blocks read and the logits REALM marginalises over are the weighted hybrid's: q . block + the BM25 term."""
+    from conftest import tiny_config, write_vocab
+
+    from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
+
+    words = sorted({word.strip(".,;?").lower() for text in TEXTS + QUESTIONS for word in text.split()})
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])))
+    config = tiny_config(vocab_size=len(tokenizer), num_block_records=len(TEXTS), reader_beam_size=3,
+                         searcher_beam_size=3, store_block_emb=False)  # fmt: skip
+    torch.manual_seed(0)
+    retriever = RealmRetriever(block_records=[text.encode() for text in TEXTS], tokenizer=tokenizer)
+    dense = ExactSearcher(torch.randn(len(TEXTS), config.retriever_proj_size))
+    weighted = HybridSearcher(dense, BM25Searcher.from_documents(TEXTS), bm25_fraction=0.34, bm25_weight=4.0)
+    model = RealmForOpenQA(config, retriever=retriever, searcher=weighted).eval()
+    inputs = tokenizer(QUESTIONS, padding=True, return_tensors="pt")
+    with torch.no_grad(), weighted.query_texts([question.lower() for question in QUESTIONS]):
+        spans = model.score_spans(**inputs)
+        question = model.embedder(**inputs).projected_score
+        (_, expected_ids), bias = weighted.search_with_bias(question, 3)
+    assert torch.equal(spans.retrieved_block_ids, expected_ids) and bias.abs().sum() > 0
+    plain = torch.einsum("bd,bkd->bk", question, dense.embeddings(expected_ids))
+    torch.testing.assert_close(spans.retrieved_logits, plain + bias, rtol=1e-5, atol=1e-5)

@@ -1035,20 +1035,28 @@ class RealmForOpenQA(RealmPreTrainedModel):
         ]
 
     @torch.no_grad()
-    def _search(self, question_embedding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top `searcher_beam_size` blocks per question: `(block ids (B, K), block embeddings (B, K, D))`."""
+    def _search(self, question_embedding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Top `searcher_beam_size` blocks per question: `(block ids (B, K), block embeddings (B, K, D), bias)`. The
+        bias `(B, K)` is what a searcher with `search_with_bias` (a `HybridSearcher` with a BM25 weight) adds to the
+        relevance of each block; `None` for every other searcher."""
         if self.searcher is not None:
-            result = self.searcher.search(question_embedding.detach().float(), self.searcher_beam_size)
+            query = question_embedding.detach().float()
+            bias = None
+            if hasattr(self.searcher, "search_with_bias"):
+                result, bias = self.searcher.search_with_bias(query, self.searcher_beam_size)
+                bias = torch.as_tensor(bias, dtype=torch.float32).cpu()
+            else:
+                result = self.searcher.search(query, self.searcher_beam_size)
             retrieved_block_ids = result.ids.to(torch.long).cpu()
             retrieved_block_emb = torch.as_tensor(self.searcher.embeddings(retrieved_block_ids))
-            return retrieved_block_ids, retrieved_block_emb
+            return retrieved_block_ids, retrieved_block_emb, bias
         # Exact maximum inner-product search over every block, on the device that holds block_emb (as in 4.x). Only
         # the order is needed, so no graph is kept for the (B, num_block_records) score matrix.
         batch_scores = torch.einsum(
             "BD,QD->QB", self.block_emb, question_embedding.to(self.block_emb.device, self.block_emb.dtype)
         )  # (B, num_block_records)
         _, retrieved_block_ids = torch.topk(batch_scores, k=self.searcher_beam_size, dim=-1)  # (B, K)
-        return retrieved_block_ids, self.block_emb[retrieved_block_ids]
+        return retrieved_block_ids, self.block_emb[retrieved_block_ids], None
 
     @torch.no_grad()
     def _given_blocks(self, block_ids, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1151,8 +1159,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
         ).projected_score  # (B, D)
 
+        bias = None
         if retrieved_block_ids is None:
-            retrieved_block_ids, retrieved_block_emb = self._search(question_embedding)  # (B, K), (B, K, D)
+            retrieved_block_ids, retrieved_block_emb, bias = self._search(question_embedding)  # (B, K), (B, K, D)
         else:
             retrieved_block_ids, retrieved_block_emb = self._given_blocks(retrieved_block_ids, batch_size)
 
@@ -1181,6 +1190,8 @@ class RealmForOpenQA(RealmPreTrainedModel):
         retrieved_logits = fp32_einsum(
             "bd,bkd->bk", question_embedding, retrieved_block_emb.to(reader_device)
         )  # (B, K), fp32 under autocast too
+        if bias is not None:  # the searcher's own evidence (BM25), without gradient
+            retrieved_logits = retrieved_logits + bias.to(reader_device)
         return retrieved_block_ids, retrieved_logits, reader_inputs, block_mask, labels
 
     def forward(

@@ -61,6 +61,11 @@ class HybridSearcher:
         bm25_fraction (`float`, *optional*, defaults to 0.4): share of the `k` slots given to BM25 candidates,
             `round(k * bm25_fraction)` (so a single block is the dense one for fractions below 0.5); 0 is the dense
             searcher alone, 1 BM25's candidates alone (still scored by the model).
+        bm25_weight (`float`, *optional*, defaults to 0): adds `bm25_weight * s / s_max` to a candidate's relevance
+            logit, where `s` is its BM25 score for the question and `s_max` the question's best BM25 score (0 for a
+            candidate outside BM25's top `k`). 0 leaves the model's relevance alone; with a weight, a block that BM25
+            finds but the dense retriever ranks low is both read and weighed up in REALM's marginal over the blocks
+            read. `RealmForOpenQA` adds the same term to its retrieval logits ([`search_with_bias`]).
 
     Example:
 
@@ -71,9 +76,11 @@ class HybridSearcher:
     ```
     """
 
-    def __init__(self, dense: Searcher, bm25, bm25_fraction: float = 0.4):
+    def __init__(self, dense: Searcher, bm25, bm25_fraction: float = 0.4, bm25_weight: float = 0.0):
         if not 0.0 <= bm25_fraction <= 1.0:
             raise ValueError(f"bm25_fraction must lie in [0, 1], received {bm25_fraction}")
+        if not (np.isfinite(bm25_weight) and bm25_weight >= 0.0):
+            raise ValueError(f"bm25_weight must be a finite number >= 0, received {bm25_weight}")
         if not hasattr(bm25, "search_text"):
             raise TypeError(f"bm25 must search by text (search_text(questions, k)), received {type(bm25).__name__}")
         if bm25.num_blocks != dense.num_blocks:
@@ -84,6 +91,7 @@ class HybridSearcher:
         self.dense = dense
         self.bm25 = bm25
         self.bm25_fraction = float(bm25_fraction)
+        self.bm25_weight = float(bm25_weight)
         self.dim = dense.dim
         self._texts: list[str] | None = None
 
@@ -107,17 +115,27 @@ class HybridSearcher:
         return min(k, round(k * self.bm25_fraction))
 
     def search(self, query_embeddings: torch.Tensor | np.ndarray, k: int) -> SearchResult:
-        """The `k` candidates per query, best first by inner product with the query (see the class docstring).
+        """The `k` candidates per query, best first by relevance: the inner product with the query, plus the BM25
+        term where `bm25_weight` is set (see the class docstring).
 
         Raises:
             ValueError: no question texts were given ([`query_texts`]) or not one per query.
         """
+        return self.search_with_bias(query_embeddings, k)[0]
+
+    def search_with_bias(
+        self, query_embeddings: torch.Tensor | np.ndarray, k: int
+    ) -> tuple[SearchResult, torch.Tensor]:
+        """[`search`] and the BM25 term of each candidate's score, `(num_queries, k)` float32 (zeros without a
+        `bm25_weight`): the scores are `query . block + bias`. `RealmForOpenQA` adds the bias to the retrieval logits
+        it recomputes from the block embeddings."""
         if k < 1:
             raise ValueError(f"k must be a positive number of blocks, got {k}.")
         queries = as_query_matrix(query_embeddings, self.dim).detach().float()
         num_bm25 = self.num_bm25(min(k, self.num_blocks))
-        if num_bm25 == 0:
-            return self.dense.search(queries, k)
+        if num_bm25 == 0 and self.bm25_weight == 0.0:
+            result = self.dense.search(queries, k)
+            return result, torch.zeros(tuple(result.ids.shape), dtype=torch.float32, device=result.ids.device)
         if self._texts is None or len(self._texts) != queries.shape[0]:
             received = "none" if self._texts is None else f"{len(self._texts)}"
             raise ValueError(
@@ -126,21 +144,38 @@ class HybridSearcher:
             )
         k = min(k, self.num_blocks)
         dense_ids = torch.as_tensor(self.dense.search(queries, k).ids).cpu()
-        bm25_ids = torch.as_tensor(self.bm25.search_text(self._texts, k).ids).cpu()
+        found = self.bm25.search_text(self._texts, k)
+        bm25_ids, bm25_scores = torch.as_tensor(found.ids).cpu(), torch.as_tensor(found.scores).float().cpu()
         ids = torch.empty((queries.shape[0], k), dtype=torch.long)
+        bias = torch.zeros((queries.shape[0], k), dtype=torch.float32)
         for row in range(queries.shape[0]):
             ids[row] = torch.tensor(_union(dense_ids[row].tolist(), bm25_ids[row].tolist(), k, num_bm25))
+            if self.bm25_weight:
+                bias[row] = _bm25_term(ids[row], bm25_ids[row], bm25_scores[row], self.bm25_weight)
         embeddings = torch.as_tensor(self.dense.embeddings(ids)).float().cpu()  # (Q, k, D)
-        scores = torch.einsum("qd,qkd->qk", queries.cpu(), embeddings)
+        scores = torch.einsum("qd,qkd->qk", queries.cpu(), embeddings) + bias
         # Best first; among equal scores the lower id (the SearchResult convention).
         order = torch.from_numpy(np.lexsort((ids.numpy(), -scores.numpy()), axis=-1))
-        return SearchResult(scores=scores.gather(1, order), ids=ids.gather(1, order))
+        return SearchResult(scores=scores.gather(1, order), ids=ids.gather(1, order)), bias.gather(1, order)
 
     def embeddings(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
         return self.dense.embeddings(ids)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(dense={self.dense!r}, bm25={self.bm25!r}, bm25_fraction={self.bm25_fraction})"
+        return (
+            f"{type(self).__name__}(dense={self.dense!r}, bm25={self.bm25!r}, bm25_fraction={self.bm25_fraction}, "
+            f"bm25_weight={self.bm25_weight})"
+        )
+
+
+def _bm25_term(ids: torch.Tensor, bm25_ids: torch.Tensor, bm25_scores: torch.Tensor, weight: float) -> torch.Tensor:
+    """`weight * s / s_max` for each of `ids` (0 where BM25 did not return it or found nothing)."""
+    valid = (bm25_ids >= 0) & torch.isfinite(bm25_scores)
+    best = float(bm25_scores[valid].max()) if bool(valid.any()) else 0.0
+    if best <= 0.0:
+        return torch.zeros(len(ids), dtype=torch.float32)
+    score_of = {int(block): float(score) for block, score, ok in zip(bm25_ids, bm25_scores, valid) if ok}
+    return torch.tensor([weight * max(score_of.get(int(block), 0.0), 0.0) / best for block in ids])
 
 
 def _union(dense: list[int], bm25: list[int], k: int, num_bm25: int) -> list[int]:
@@ -164,7 +199,7 @@ def _union(dense: list[int], bm25: list[int], k: int, num_bm25: int) -> list[int
     return chosen
 
 
-def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None) -> HybridSearcher:
+def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None, bm25_weight: float = 0.0) -> HybridSearcher:
     """A [`HybridSearcher`] for a loaded `RealmForOpenQA`: its searcher (or its in-model `block_emb`) plus BM25 over
     its retriever's block texts (titles included, as the reader sees them). Set it with `model.searcher = ...`.
 
@@ -172,6 +207,7 @@ def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None) -> HybridS
         model: a `RealmForOpenQA` with a retriever.
         bm25_fraction (`float`, *optional*, defaults to 0.4): see [`HybridSearcher`].
         bm25 (*optional*): a ready BM25 searcher over the same blocks; built (seconds for 50k blocks) if not given.
+        bm25_weight (`float`, *optional*, defaults to 0): see [`HybridSearcher`].
     """
     from .torch_search import ExactSearcher
 
@@ -185,7 +221,7 @@ def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None) -> HybridS
         dense = ExactSearcher(block_emb.detach().float())
     if bm25 is None:
         bm25 = bm25_for_records(model.retriever.block_records)
-    return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction)
+    return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction, bm25_weight=bm25_weight)
 
 
 def searching_for(searcher, tokenizer, input_ids: torch.Tensor):
@@ -209,8 +245,8 @@ def bm25_for_records(records):
 
 
 def save_searcher_settings(searcher, directory: str | os.PathLike) -> None:
-    """Writes `searcher.json` into `directory` for a [`HybridSearcher`] (its kind and `bm25_fraction`), and removes a
-    stale one for any other searcher (dense is the default without the file)."""
+    """Writes `searcher.json` into `directory` for a [`HybridSearcher`] (its kind, `bm25_fraction` and `bm25_weight`),
+    and removes a stale one for any other searcher (dense is the default without the file)."""
     from ..atomic import atomic_path
 
     path = Path(directory) / SEARCHER_FILE
@@ -220,14 +256,18 @@ def save_searcher_settings(searcher, directory: str | os.PathLike) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as temporary:
         Path(temporary).write_text(
-            json.dumps({"searcher": "hybrid", "bm25_fraction": searcher.bm25_fraction}, indent=2) + "\n",
+            json.dumps(
+                {"searcher": "hybrid", "bm25_fraction": searcher.bm25_fraction, "bm25_weight": searcher.bm25_weight},
+                indent=2,
+            )
+            + "\n",
             encoding="utf-8",
         )
 
 
 def load_searcher_settings(directory: str | os.PathLike) -> dict | None:
-    """The settings of `directory`'s `searcher.json` (`{"searcher": "dense" | "hybrid", "bm25_fraction": f}`), or
-    `None` without one.
+    """The settings of `directory`'s `searcher.json` (`{"searcher": "dense" | "hybrid", "bm25_fraction": f,
+    "bm25_weight": w}`; a file without `bm25_weight` reads as 0), or `None` without one.
 
     Raises:
         FileFormatError: the file is not such a JSON object (it names the file, what was expected and received).
@@ -237,7 +277,9 @@ def load_searcher_settings(directory: str | os.PathLike) -> dict | None:
     path = Path(directory) / SEARCHER_FILE
     if not path.is_file():
         return None
-    expected = 'expected {"searcher": "dense" or "hybrid", "bm25_fraction": a number in [0, 1]}'
+    expected = (
+        'expected {"searcher": "dense" or "hybrid", "bm25_fraction": a number in [0, 1], "bm25_weight": a number >= 0}'
+    )
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -247,7 +289,10 @@ def load_searcher_settings(directory: str | os.PathLike) -> dict | None:
     fraction = settings.get("bm25_fraction", 0.4)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
         raise FileFormatError(f"{path}: {expected}, received bm25_fraction {fraction!r:.40}")
-    return {"searcher": settings["searcher"], "bm25_fraction": float(fraction)}
+    weight = settings.get("bm25_weight", 0.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight < float("inf"):
+        raise FileFormatError(f"{path}: {expected}, received bm25_weight {weight!r:.40}")
+    return {"searcher": settings["searcher"], "bm25_fraction": float(fraction), "bm25_weight": float(weight)}
 
 
 def with_searcher_settings(searcher, records, settings: dict | None):
@@ -257,7 +302,12 @@ def with_searcher_settings(searcher, records, settings: dict | None):
         return searcher
     if isinstance(searcher, HybridSearcher):
         searcher = searcher.dense
-    return HybridSearcher(searcher, bm25_for_records(records), bm25_fraction=settings["bm25_fraction"])
+    return HybridSearcher(
+        searcher,
+        bm25_for_records(records),
+        bm25_fraction=settings["bm25_fraction"],
+        bm25_weight=settings.get("bm25_weight", 0.0),
+    )
 
 
 def _text(record) -> str:
