@@ -433,6 +433,7 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
     if export:
         lines += ["", f"The shipped fp16 weights and index give the same answer as fp32 on "
                       f"{_percent(export['same_answer_as_fp32'])}% of the test questions."]  # fmt: skip
+    lines += _candidates_section(sources or {})
     calibration = (sources or {}).get("calibration")
     if calibration:
         dev, test_rates = calibration["dev"], calibration["test"]
@@ -456,6 +457,37 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
                          f"| {_percent(rates['accuracy_answered'])}% |")  # fmt: skip
         lines += ["", f"![accuracy against coverage]({ACCURACY_COVERAGE_PNG})"]
     return "\n".join(lines)
+
+
+def _candidates_section(sources: dict) -> list[str]:
+    """Dev EM by question source of the blocks the model reads by default (hybrid) against its dense search alone and
+    BM25 + the same reader."""
+    choice, dev = sources.get("searcher_choice"), sources.get("dev", {})
+    if not choice or choice.get("chosen") != "hybrid":
+        return []
+    names = [source for source, systems in dev.items() if "exact_match" in systems.get("hybrid", {})]
+    fraction, weight = choice.get("bm25_fraction", 0.4), choice.get("bm25_weight") or 0.0
+    relevance = "the question-block inner product" + (
+        f" plus {weight:g} x the block's BM25 score over the question's best" if weight else ""
+    )
+    lines = [
+        "",
+        "### Which blocks it reads",
+        "",
+        f"By default (`searcher.json`) the model reads hybrid candidates: of its 5 blocks, the best "
+        f"{5 - round(5 * fraction)} by its own dense search and the best {round(5 * fraction)} by BM25, all weighed by "
+        f"{relevance}. Dev EM over the first questions of each source (`examples/evaluate_question_sources.py`; "
+        "`realm-hf ask --searcher dense|bm25|hybrid` switches):",
+        "",
+        "| candidates | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for system, label in (("hybrid", "hybrid (default)"), ("dense", "dense search alone"),
+                          ("bm25", "BM25 + this reader")):  # fmt: skip
+        if all(system in dev[source] for source in names):
+            row = " | ".join(_percent(dev[source][system]["exact_match"]) for source in names)
+            lines.append(f"| {label} | {row} |")
+    return lines
 
 
 def default_model_card() -> Card | None:

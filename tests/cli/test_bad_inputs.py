@@ -102,6 +102,8 @@ CLI_CASES = [
      "no-index': no such directory (expected an index directory written by `realm-hf index build`"),
     ("ask-index-without-manifest", ["ask", "--model", "{demo}", "--index", "{in}", "q?"], None, 1,
      "holds no index.json; expected an index directory"),
+    ("ask-negative-bm25-weight", ["ask", "--model", "{demo}", "--bm25-weight", "-1", "q?"], None, 2,
+     "expected a number >= 0, got '-1'"),
     ("ask-empty", ["ask", "--model", "{demo}", ""], None, 2, "expected a question, received only blank ones"),
     ("ask-blank", ["ask", "--model", "{demo}", "   "], None, 2, "expected a question, received only blank ones"),
     ("ask-one-empty-of-two", ["ask", "--model", "{demo}", "Where is Paris?", ""], None, 1,

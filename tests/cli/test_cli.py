@@ -107,6 +107,10 @@ def test_ask_with_hybrid_and_bm25_searchers(demo_dir, capsys):
     assert main(["ask", "--model", str(demo_dir), "--json", "--searcher", "hybrid", "--bm25-fraction", "0.5",
                  question]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["answer"]
+    # a BM25 weight far above the dense scores: the answer comes from BM25's best block
+    assert main(["ask", "--model", str(demo_dir), "--json", "--searcher", "hybrid", "--bm25-weight", "1000",
+                 question]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["block_id"] == bm25_ids[0]
 
 
 def test_ask_keeps_the_models_own_searcher_unless_told(demo_dir):
@@ -129,6 +133,16 @@ def test_ask_keeps_the_models_own_searcher_unless_told(demo_dir):
     assert isinstance(model.searcher, ExactSearcher)
     _choose_searcher(model, "hybrid", None)  # from dense: the documented default share
     assert model.searcher.bm25_fraction == 0.4
+    # --bm25-weight: a weighted hybrid keeps its weight unless told; BM25's candidates alone get none by default
+    own = model.searcher = hybrid_searcher_for(model, bm25_fraction=0.6, bm25_weight=3.0)
+    _choose_searcher(model, None, 0.2)
+    assert (model.searcher.bm25_fraction, model.searcher.bm25_weight) == (0.2, 3.0)
+    _choose_searcher(model, None, None, 0.5)
+    assert (model.searcher.bm25_fraction, model.searcher.bm25_weight) == (0.2, 0.5)
+    _choose_searcher(model, "bm25", None)
+    assert model.searcher.bm25_weight == 0.0
+    _choose_searcher(model, "hybrid", None, 4.0)
+    assert model.searcher.bm25_weight == 4.0 and model.searcher.bm25 is own.bm25
     model.searcher = None  # the 4.x layout: no index, block_emb in the model; "dense" leaves it so
     _choose_searcher(model, "dense", None)
     assert model.searcher is None

@@ -8,7 +8,14 @@ import sys
 import threading
 from pathlib import Path
 
-from .arguments import RealmHfArgumentParser, index_location, model_location, positive_int, without_weight_loading_bar
+from .arguments import (
+    RealmHfArgumentParser,
+    index_location,
+    model_location,
+    non_negative_float,
+    positive_int,
+    without_weight_loading_bar,
+)
 
 DESCRIPTION = """\
 REALM / ORQA retrieval-augmented question answering on Transformers 5.
@@ -34,14 +41,16 @@ examples:
 """
 
 
-def _choose_searcher(model, searcher: str | None, bm25_fraction: float | None) -> None:
-    """Sets which blocks `model` reads for `--searcher` / `--bm25-fraction`; `None` keeps the model's own choice (its
-    `searcher.json`: hybrid candidates, else dense)."""
+def _choose_searcher(
+    model, searcher: str | None, bm25_fraction: float | None, bm25_weight: float | None = None
+) -> None:
+    """Sets which blocks `model` reads for `--searcher` / `--bm25-fraction` / `--bm25-weight`; `None` keeps the model's
+    own choice (its `searcher.json`: hybrid candidates, else dense)."""
     from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
 
     own = model.searcher
     if searcher is None:
-        if bm25_fraction is None or not isinstance(own, HybridSearcher):
+        if (bm25_fraction is None and bm25_weight is None) or not isinstance(own, HybridSearcher):
             return
         searcher = "hybrid"
     if searcher == "dense":
@@ -52,9 +61,9 @@ def _choose_searcher(model, searcher: str | None, bm25_fraction: float | None) -
         bm25_fraction = 1.0
     elif bm25_fraction is None:
         bm25_fraction = own.bm25_fraction if isinstance(own, HybridSearcher) else 0.4
+    if bm25_weight is None:  # the model's own weight goes with its hybrid candidates; BM25's alone are scored as is
+        bm25_weight = own.bm25_weight if isinstance(own, HybridSearcher) and searcher == "hybrid" else 0.0
     bm25 = own.bm25 if isinstance(own, HybridSearcher) else None
-    # the model's own BM25 weight goes with its hybrid candidates; BM25's candidates alone are scored as they were
-    bm25_weight = own.bm25_weight if isinstance(own, HybridSearcher) and searcher == "hybrid" else 0.0
     model.searcher = hybrid_searcher_for(model, bm25_fraction=bm25_fraction, bm25=bm25, bm25_weight=bm25_weight)
 
 
@@ -223,7 +232,7 @@ def cmd_ask(args) -> int:
             f"could not load a REALM open-QA model from {model_path!r}: {one_line(error)} (--model takes a directory "
             "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
         ) from error
-    _choose_searcher(model, args.searcher, args.bm25_fraction)
+    _choose_searcher(model, args.searcher, args.bm25_fraction, args.bm25_weight)
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
                                abstention_threshold=args.abstention_threshold)  # fmt: skip
     _print_answers(results, as_json=args.json)
@@ -284,6 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="F",
         help="with hybrid candidates, the share of the blocks read that BM25 chooses (default: the model's "
         "searcher.json, else 0.4)",
+    )
+    ask.add_argument(
+        "--bm25-weight",
+        type=non_negative_float,
+        default=None,
+        metavar="W",
+        help="with hybrid or BM25 candidates, add W x (BM25 score / the question's best) to each block's relevance "
+        "(default: the model's searcher.json, else 0)",
     )
     ask.add_argument("--abstention-threshold", type=_unit_interval, default=None, metavar="P",
                      help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
