@@ -207,3 +207,28 @@ def test_retro_generation_on_the_device_equals_the_cpu():
     assert got.sequences.device.type == DEVICE
     assert torch.equal(got.sequences.cpu(), expected.sequences)
     assert torch.equal(torch.as_tensor(got.retrieved).cpu(), torch.as_tensor(expected.retrieved))
+
+
+def test_the_command_line_asks_and_embeds_on_the_device(demo_dir, tmp_path, capsys):
+    """`realm-hf ask --device` (the index searched on the CPU, the model on the device) and `realm-hf index build
+    --device` give the CPU's answers and embeddings."""
+    from realm_hf.cli.main import main
+    from realm_hf.retrieval.index_files import open_index_shards
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in load_demo_corpus()), encoding="utf-8")
+    for name, device in (("reference", "cpu"), ("device", DEVICE)):
+        assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(corpus), "--output",
+                     str(tmp_path / name), "--device", device, "--quiet", "--fp32"]) == 0  # fmt: skip
+    capsys.readouterr()
+    on_cpu = np.concatenate(open_index_shards(tmp_path / "reference")[1])
+    on_device = np.concatenate(open_index_shards(tmp_path / "device")[1])
+    np.testing.assert_allclose(on_device, on_cpu, rtol=1e-4, atol=1e-5)
+    answers = {}
+    for device in dict.fromkeys(("cpu", DEVICE)):
+        assert main(["ask", "--model", str(demo_dir), "--index", str(tmp_path / "reference"), "--device", device, "--json",
+                     *QUESTIONS]) == 0  # fmt: skip
+        answers[device] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(a["answer"], a["block_id"]) for a in answers[DEVICE]] == [
+        (a["answer"], a["block_id"]) for a in answers["cpu"]
+    ]

@@ -200,3 +200,30 @@ def test_help_teaches(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "realm-hf ask" in out and "demo" in out
+
+
+def test_device_flag_resolves_auto_and_names_a_missing_gpu(monkeypatch):
+    import torch
+
+    from realm_hf.cli.arguments import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"--device cuda:1: torch sees no GPU"):
+        resolve_device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")  # each torchrun process takes its own GPU
+    assert resolve_device("auto") == torch.device("cuda", 1)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(ValueError, match=r"--device cuda:2: torch sees 2 GPU\(s\), cuda:0..1"):
+        resolve_device("cuda:2")
+
+
+def test_ask_on_a_missing_gpu_fails_before_loading(demo_dir, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["ask", "--model", str(demo_dir), "--device", "cuda", "Who wrote Hamlet?"]) == 1
+    assert "--device cuda: torch sees no GPU" in capsys.readouterr().err

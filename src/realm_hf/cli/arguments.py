@@ -57,6 +57,36 @@ def index_location(value: str) -> str:
     return value
 
 
+def device_name(value: str) -> str:
+    """`auto`, `cpu`, `cuda` or `cuda:N`, or an argparse error that names what was received (checked against the
+    machine later, by `resolve_device`)."""
+    if value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {value!r}")
+
+
+def resolve_device(value: str):
+    """The `torch.device` that `--device` names: `auto` is this process's GPU (`cuda:LOCAL_RANK`, so each process of
+    a `torchrun` launch takes its own) where torch sees one, else the CPU. A GPU that is not there raises
+    `ValueError` naming what was asked for and what torch sees."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if value == "auto":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % count) if count else torch.device("cpu")
+    device = torch.device(value)
+    if device.type == "cuda" and (count == 0 or (device.index or 0) >= count):
+        sees = "no GPU (torch.cuda.is_available() is False)" if count == 0 else f"{count} GPU(s), cuda:0..{count - 1}"
+        raise ValueError(f"--device {value}: torch sees {sees}; use --device cpu or auto")
+    return device
+
+
+def add_device_argument(parser: argparse.ArgumentParser, what: str, default: str) -> None:
+    parser.add_argument("--device", type=device_name, default=default,
+                        help=f"where {what} runs: auto (this process's GPU where torch sees one, else the CPU), cpu, "
+                             f"cuda or cuda:N (default: {default})")  # fmt: skip
+
+
 def _number_at_least(value: str, parse, minimum: int, what: str):
     """`parse(value)` if it is a finite number >= `minimum`, else an argparse error that names what was received."""
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import positive_int
+from .arguments import add_device_argument, positive_int, resolve_device
 
 # The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
 # torch, and parsers must not).
@@ -85,7 +85,9 @@ def cmd_build(args) -> int:
                               path=args.corpus)  # fmt: skip
     state = process_state()
     model_name = _default_model(args.model)
+    device = resolve_device(args.device)
     embedder, tokenizer = _load_embedder(model_name)
+    embedder.to(device)
     if state.is_main_process:
         stored = output / DOCUMENTS_DIR
         if stored.is_dir():
@@ -117,7 +119,9 @@ def cmd_add(args) -> int:
     from realm_hf.retrieval.distributed import process_state
     from realm_hf.retrieval.index_builder import add_documents
 
+    device = resolve_device(args.device)
     embedder, tokenizer = _load_embedder(args.model)
+    embedder.to(device)
     new_ids = add_documents(embedder, tokenizer, args.index, open_corpus(args.corpus), batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
     if process_state().is_main_process:
@@ -216,6 +220,7 @@ def add_parser(subparsers) -> None:
     build.add_argument("--batch-size", type=positive_int, default=64, help="blocks per forward pass (default: 64)")
     build.add_argument("--max-length", type=positive_int, default=288, help="wordpieces per block (default: 288)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_device_argument(build, "embedding", "auto")
     add_precision_argument(build, "embedding")
     build.set_defaults(func=cmd_build)
 
@@ -225,6 +230,7 @@ def add_parser(subparsers) -> None:
     add.add_argument("--corpus", required=True, help="the NEW documents (same formats as build)")
     add.add_argument("--batch-size", type=positive_int, default=64)
     add.add_argument("--quiet", action="store_true")
+    add_device_argument(add, "embedding", "auto")
     add.set_defaults(func=cmd_add)
 
     offload = commands.add_parser("offload", help="move an open-QA checkpoint's block_emb into an index on disk")

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from .arguments import (
     RealmHfArgumentParser,
+    add_device_argument,
     index_location,
     model_location,
     non_negative_float,
     positive_int,
+    resolve_device,
     without_weight_loading_bar,
 )
 
@@ -223,6 +225,7 @@ def cmd_ask(args) -> int:
     model_path = model_location(model_path)  # a missing directory says so in its own words, not wrapped below
     if args.index is not None:
         index_location(args.index)
+    device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
     try:
         model, retriever = _load(model_path, args.index)
     except (OSError, ValueError) as error:
@@ -233,6 +236,7 @@ def cmd_ask(args) -> int:
             "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
         ) from error
     _choose_searcher(model, args.searcher, args.bm25_fraction, args.bm25_weight)
+    model.to(device)  # the index stays where it is: the searcher moves each question's embedding to it
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
                                abstention_threshold=args.abstention_threshold)  # fmt: skip
     _print_answers(results, as_json=args.json)
@@ -302,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with hybrid or BM25 candidates, add W x (BM25 score / the question's best) to each block's relevance "
         "(default: the model's searcher.json, else 0)",
     )
+    add_device_argument(ask, "the model", "cpu")
     ask.add_argument("--abstention-threshold", type=_unit_interval, default=None, metavar="P",
                      help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
                           "calibration.json threshold; 0 never abstains; models without calibration never abstain)")  # fmt: skip
