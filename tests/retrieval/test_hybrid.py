@@ -137,10 +137,10 @@ def test_errors(searchers):
         HybridSearcher(dense, dense)
 
 
-def test_a_model_reads_the_hybrid_candidates(tmp_path):
-    """Through RealmForOpenQA and the pipeline: the blocks read are the hybrid union, their logits the model's."""
+def _tiny_model_over(tmp_path, bm25_weight: float = 0.0):
+    """A random tiny `RealmForOpenQA` over TEXTS that reads 3 hybrid candidates (2 dense, 1 BM25), and its tokenizer
+    and retriever."""
     from conftest import tiny_config, write_vocab
-    from transformers import pipeline
 
     from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
 
@@ -151,8 +151,16 @@ def test_a_model_reads_the_hybrid_candidates(tmp_path):
     torch.manual_seed(0)
     retriever = RealmRetriever(block_records=[text.encode() for text in TEXTS], tokenizer=tokenizer)
     dense = ExactSearcher(torch.randn(len(TEXTS), config.retriever_proj_size))
-    hybrid = HybridSearcher(dense, BM25Searcher.from_documents(TEXTS), bm25_fraction=0.34)
-    model = RealmForOpenQA(config, retriever=retriever, searcher=hybrid).eval()
+    hybrid = HybridSearcher(dense, BM25Searcher.from_documents(TEXTS), bm25_fraction=0.34, bm25_weight=bm25_weight)
+    return RealmForOpenQA(config, retriever=retriever, searcher=hybrid).eval(), tokenizer, retriever
+
+
+def test_a_model_reads_the_hybrid_candidates(tmp_path):
+    """Through RealmForOpenQA and the pipeline: the blocks read are the hybrid union, their logits the model's."""
+    from transformers import pipeline
+
+    model, tokenizer, retriever = _tiny_model_over(tmp_path)
+    hybrid = model.searcher
     open_qa = pipeline("open-qa", model=model, tokenizer=tokenizer, retriever=retriever, device="cpu")
     answer = open_qa(QUESTIONS[1])
     with torch.no_grad():
@@ -170,19 +178,8 @@ def test_a_model_reads_the_hybrid_candidates(tmp_path):
 
 def test_a_model_adds_the_searchers_bm25_term_to_its_retrieval_logits(tmp_path):
     """The blocks read and the logits REALM marginalises over are the weighted hybrid's: q . block + the BM25 term."""
-    from conftest import tiny_config, write_vocab
-
-    from realm_hf import RealmForOpenQA, RealmRetriever, RealmTokenizer
-
-    words = sorted({word.strip(".,;?").lower() for text in TEXTS + QUESTIONS for word in text.split()})
-    tokenizer = RealmTokenizer(str(write_vocab(tmp_path, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])))
-    config = tiny_config(vocab_size=len(tokenizer), num_block_records=len(TEXTS), reader_beam_size=3,
-                         searcher_beam_size=3, store_block_emb=False)  # fmt: skip
-    torch.manual_seed(0)
-    retriever = RealmRetriever(block_records=[text.encode() for text in TEXTS], tokenizer=tokenizer)
-    dense = ExactSearcher(torch.randn(len(TEXTS), config.retriever_proj_size))
-    weighted = HybridSearcher(dense, BM25Searcher.from_documents(TEXTS), bm25_fraction=0.34, bm25_weight=4.0)
-    model = RealmForOpenQA(config, retriever=retriever, searcher=weighted).eval()
+    model, tokenizer, _ = _tiny_model_over(tmp_path, bm25_weight=4.0)
+    weighted, dense = model.searcher, model.searcher.dense
     inputs = tokenizer(QUESTIONS, padding=True, return_tensors="pt")
     with torch.no_grad(), weighted.query_texts([question.lower() for question in QUESTIONS]):
         spans = model.score_spans(**inputs)
