@@ -10,7 +10,9 @@
    same model: its dense search, BM25's blocks (`HybridSearcher` with `bm25_fraction=1`, "BM25 + the same reader"),
    and the hybrid union (`--bm25-fraction`), each scored by the model's relevance. Metrics: answer recall@1/5/20 of
    the candidate lists (all sampled questions), EM and the answer in the top evidence block (the first
-   --max-read-per-source of them: reading is what costs time on a CPU).
+   --max-read-per-source of them: reading is what costs time on a CPU). With several --bm25-weights the hybrid is
+   read with each BM25 term in its relevance, on the dev sources and on --seen-per-source training questions per
+   source, and the smallest weight within one standard error of the best mean EM is the hybrid system.
 3. With --choose-searcher: the candidates with the higher mean dev EM over the sources, dense or hybrid, become the
    model's own (`searcher.json` written into --model for hybrid, removed for dense).
 4. With --fit-calibration: a logistic calibration fitted on the dev answers of the model's own searcher (unanswerable
@@ -145,8 +147,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seen-per-source", type=int, default=30,
                         help="training questions per source read for each BM25 weight (the seen questions)")  # fmt: skip
     parser.add_argument("--bm25-weights", type=float, nargs="+", default=[0.0],
-                        help="BM25 terms in the hybrid candidates' relevance (HybridSearcher's bm25_weight) to try on "
-                             "dev; the weight with the highest mean dev EM is the hybrid system's")  # fmt: skip
+                        help="BM25 terms in the hybrid candidates' relevance (HybridSearcher's bm25_weight) to try: "
+                             "the smallest within one standard error of the best mean EM over the dev sources and the "
+                             "seen questions is the hybrid system's")  # fmt: skip
     parser.add_argument("--systems", nargs="+", default=["dense", "bm25", "hybrid"],
                         choices=["dense", "bm25", "hybrid"])  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=16)
