@@ -45,6 +45,8 @@ FEATURE_SETS = {
     "all": ("log_span_probability", "span_logit", "margin", "log_block_probability", "max_retrieval_logit"),
     "probabilities": ("log_span_probability", "margin", "log_block_probability"),
     "span": ("log_span_probability", "margin"),
+    "probabilities+coverage": ("log_span_probability", "margin", "log_block_probability", "question_coverage"),
+    "span+coverage": ("log_span_probability", "margin", "question_coverage"),
 }
 
 

@@ -445,6 +445,29 @@ def test_margin_and_retrieval_features_match_score_spans(open_qa):
         assert answer["confidence"] == pytest.approx(1 / (1 + math.exp(-min(expected, 20.0))), rel=1e-4), feature
 
 
+def test_question_coverage_counts_the_questions_content_words_found_in_the_answers_block(open_qa):
+    from realm_hf.pipelines.open_qa import _question_coverage
+
+    tokenizer = open_qa.tokenizer
+    question = "What is the capital of France?"
+    answer = open_qa(question)
+    words = {word.strip(".,;:!?\"'()").lower() for word in answer["evidence"].split()}
+    content = [word for word in ("capital", "france") if word in tokenizer.get_vocab()]  # "what is the of": stop words
+    expected = sum(word in words for word in content) / len(content)
+    feature = open_qa(question, calibration=_calibration("question_coverage", weight=50.0, bias=-25.0))["confidence"]
+    assert feature == pytest.approx(1 / (1 + math.exp(-(50.0 * expected - 25.0))), rel=1e-4)
+    # by hand: content ids 7 and 9 (5 and 6 are ignored); block 0 holds 7, block 1 holds 7 and 9 outside its own
+    # tokens (mask 0) and nothing inside; a question of ignored words only covers everything
+    inputs = {
+        "input_ids": torch.tensor([[7, 5, 9, 6], [5, 6, 0, 0]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]),
+    }
+    reader = torch.tensor([[[7, 8, 8], [7, 9, 8]], [[7, 8, 8], [7, 9, 8]]])
+    mask = torch.tensor([[[1, 1, 1], [0, 0, 1]], [[1, 1, 1], [0, 0, 1]]])
+    coverage = _question_coverage(inputs, reader, mask, torch.tensor([5, 6]))
+    assert coverage.tolist() == [[0.5, 0.0], [1.0, 1.0]]
+
+
 def test_threshold_override_and_calibration_file(open_qa, demo_dir, tmp_path):
     calibration = _calibration("log_span_probability", weight=0.0, bias=0.0, threshold=0.6)  # confidence 0.5
     answers = open_qa(QUESTIONS, calibration=calibration, top_k=2)

@@ -42,6 +42,7 @@ CALIBRATION_FEATURES = (
     "margin",  # its logit minus the best other span's (the next one down for the best answer), capped at 20
     "log_block_probability",  # log softmax of the retrieval logits over the blocks read, at the answer's block
     "max_retrieval_logit",  # the best question . block inner product among the blocks read
+    "question_coverage",  # share of the question's content wordpieces that occur in the answer's block
 )
 MAX_MARGIN = 20.0
 

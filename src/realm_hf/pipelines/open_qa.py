@@ -247,7 +247,12 @@ class OpenQAPipeline(Pipeline):
         return {
             "scores": probabilities.gather(1, best),  # (B, k)
             "features": _confidence_features(
-                logits, probabilities, best, block_index, spans.retrieved_logits[:, :num_read]
+                logits,
+                probabilities,
+                best,
+                block_index,
+                spans.retrieved_logits[:, :num_read],
+                _question_coverage(inputs, spans.reader_input_ids, spans.block_mask, self._ignored_ids()),
             ),
             "valid": span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
@@ -257,6 +262,17 @@ class OpenQAPipeline(Pipeline):
             "reader_input_ids": spans.reader_input_ids,  # (B, R, L)
             "block_mask": spans.block_mask,  # (B, R, L)
         }
+
+    def _ignored_ids(self) -> torch.Tensor:
+        """The wordpiece ids [`_question_coverage`] skips: special tokens, stop words and punctuation (cached)."""
+        ignored = getattr(self, "_cached_ignored_ids", None)
+        if ignored is None:
+            vocab = self.tokenizer.get_vocab()
+            ids = {index for token, index in vocab.items()
+                   if token.lower() in STOP_WORDS or not any(character.isalnum() for character in token)}  # fmt: skip
+            ids |= set(self.tokenizer.all_special_ids)
+            ignored = self._cached_ignored_ids = torch.tensor(sorted(ids), dtype=torch.long)
+        return ignored
 
     def postprocess(
         self, model_outputs: dict[str, torch.Tensor], top_k: int = 1, abstention_threshold: float | None = None,
@@ -423,9 +439,34 @@ def spans_in_question(
     return by_width[..., spans.candidate_ends, widths]  # (B, R, N)
 
 
-def _confidence_features(logits, probabilities, best, block_index, retrieval_logits) -> torch.Tensor:
+# Words a question shares with almost any passage: they say nothing about whether the passage is about the question.
+STOP_WORDS = frozenset(
+    "a an the of in on at to for from by with about into as is are was were be been being do does did has have had "
+    "what which who whom whose when where why how and or not no this that these those it its their there here "
+    "i me my mine we us our you your yours he him his she her they them will would can could should shall may might "
+    "must than then so if".split()
+)
+
+
+def _question_coverage(inputs, reader_input_ids, block_mask, ignored: torch.Tensor) -> torch.Tensor:
+    """`(B, R)`: for each block read, the share of the question's content wordpieces (not special, not a stop word,
+    not punctuation) that occur among the block's own wordpieces; 1 for a question without content wordpieces. An
+    unanswerable question ("What is my neighbour's favourite colour?") often draws a passage on some of its words
+    only."""
+    question = inputs["input_ids"].to(reader_input_ids.device)  # (B, Lq)
+    content = ~torch.isin(question, ignored.to(question.device))
+    if "attention_mask" in inputs:
+        content &= inputs["attention_mask"].to(question.device).bool()
+    blocks = reader_input_ids.masked_fill(~block_mask.bool(), -1)  # (B, R, L), -1 outside the block's own tokens
+    present = (question[:, None, :, None] == blocks[:, :, None, :]).any(dim=-1)  # (B, R, Lq)
+    counted = content.sum(dim=-1, keepdim=True)  # (B, 1)
+    found = (present & content[:, None, :]).sum(dim=-1)  # (B, R)
+    return torch.where(counted > 0, found / counted.clamp(min=1), torch.ones_like(found, dtype=torch.float))
+
+
+def _confidence_features(logits, probabilities, best, block_index, retrieval_logits, coverage) -> torch.Tensor:
     """`(B, k, len(CALIBRATION_FEATURES))`: for each of the `k` best spans, the numbers a calibration reads (see
-    `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`)."""
+    `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`); `coverage` `(B, R)` is [`_question_coverage`]."""
     span_logit = logits.gather(1, best)  # (B, k)
     top_two = torch.topk(logits, k=min(2, logits.shape[1]), dim=-1).values  # (B, 2)
     # The best span's margin is over the runner-up; every other span's is its (negative) gap to the best.
@@ -441,6 +482,7 @@ def _confidence_features(logits, probabilities, best, block_index, retrieval_log
         margin,
         block_log_probability.to(span_logit.device),
         retrieval_logits.float().max(dim=-1).values.unsqueeze(1).expand_as(span_logit).to(span_logit.device),
+        coverage.float().gather(1, block_index.to(coverage.device)).to(span_logit.device),
     ], dim=-1)  # fmt: skip
     return torch.nan_to_num(features, nan=0.0, posinf=MAX_MARGIN, neginf=-1e4)
 
