@@ -14,7 +14,7 @@ text, which an embedding does not carry: the caller names the questions of the n
 wordpieces). A search without texts raises a clear error rather than silently searching dense only.
 
 A model directory may say which candidates it reads by default in `searcher.json` (`{"searcher": "hybrid",
-"bm25_fraction": 0.4}`; [`save_searcher_settings`]): the one loader then wraps the model's own index in a
+"bm25_fraction": 0.4, "bm25_weight": 0.0}`; [`save_searcher_settings`]): the one loader then wraps the model's own index in a
 `HybridSearcher`, with BM25 built over its documents at load (about a second for 50k blocks), and `save_open_qa` writes
 the file back for a model that searches hybrid candidates.
 """
