@@ -6,6 +6,8 @@ blocks if BM25 runs short), and scores every candidate by the model's relevance,
 embedding with the block embedding from the dense index, as an exact search would have scored it. So REALM's
 marginalisation over the blocks read is unchanged: only which blocks are read changes, and BM25 can bring in a block
 the dense retriever ranks too low (numbers, rare names), while the reader still weighs it by the model's own score.
+With `bm25_weight` above 0 (off by default) the relevance also carries BM25's normalised score, and `RealmForOpenQA`
+adds that term to its retrieval logits ([`HybridSearcher.search_with_bias`]).
 
 It implements the [`Searcher`] interface (`search(query_embeddings, k)`, `embeddings(ids)`, `num_blocks`, `dim`), so
 any `RealmForOpenQA` can use it (`model.searcher = HybridSearcher(model.searcher, bm25)`). BM25 needs the question
