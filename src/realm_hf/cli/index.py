@@ -59,15 +59,18 @@ def _default_model(model: str | None) -> str:
     return str(directory)
 
 
-def _load_embedder(model: str | None):
+def _load_embedder(model: str | None, device: str = "cpu"):
+    """The block encoder of `model` on `--device` (a GPU that is not there is named before anything loads), and its
+    tokenizer."""
     from transformers import AutoTokenizer
 
     from realm_hf import RealmEmbedder
 
     from .arguments import model_location
 
+    device = resolve_device(device)
     model = model_location(_default_model(model))
-    return RealmEmbedder.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
+    return RealmEmbedder.from_pretrained(model).eval().to(device), AutoTokenizer.from_pretrained(model)
 
 
 def cmd_build(args) -> int:
@@ -85,9 +88,7 @@ def cmd_build(args) -> int:
                               path=args.corpus)  # fmt: skip
     state = process_state()
     model_name = _default_model(args.model)
-    device = resolve_device(args.device)
-    embedder, tokenizer = _load_embedder(model_name)
-    embedder.to(device)
+    embedder, tokenizer = _load_embedder(model_name, args.device)
     if state.is_main_process:
         stored = output / DOCUMENTS_DIR
         if stored.is_dir():
@@ -119,9 +120,7 @@ def cmd_add(args) -> int:
     from realm_hf.retrieval.distributed import process_state
     from realm_hf.retrieval.index_builder import add_documents
 
-    device = resolve_device(args.device)
-    embedder, tokenizer = _load_embedder(args.model)
-    embedder.to(device)
+    embedder, tokenizer = _load_embedder(args.model, args.device)
     new_ids = add_documents(embedder, tokenizer, args.index, open_corpus(args.corpus), batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
     if process_state().is_main_process:
