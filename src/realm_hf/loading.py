@@ -153,15 +153,8 @@ def find_retrieval(
 
     hub_kwargs = _hub_kwargs(kwargs)
     directory = _local_directory(name_or_path, hub_kwargs)
-    index_dir = Path(index) if index is not None else None
+    index_dir = index_directory(index) if index is not None else None
     sources = {}
-    if index_dir is not None and not is_searcher_directory(index_dir):
-        nested = index_dir / INDEX_DIR
-        if is_searcher_directory(nested):  # a model directory with an index/ was given as the index
-            index_dir = nested
-        else:
-            raise ValueError(f"--index / index= expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
-                             f"index build` writes it); {index_dir} has none.")  # fmt: skip
     if searcher is None:
         own_index = None
         if index_dir is None:
@@ -218,6 +211,29 @@ def fit_beam_sizes(model: RealmForOpenQA) -> None:
         if 0 < num_blocks < value:
             logger.warning(f"{name} {value} is more than the {num_blocks} blocks of the index: using {num_blocks}.")
             setattr(model.config, name, num_blocks)
+
+
+def index_directory(index: str | os.PathLike) -> Path:
+    """The searcher directory that `index` (`--index`, `index=`) names: an index or faiss searcher directory, or a
+    model directory holding one in `index/`.
+
+    Raises:
+        MissingFileError: `index` does not exist.
+        FileFormatError: it holds no index (a `ValueError` too).
+    """
+    from .errors import FileFormatError, MissingFileError
+    from .retrieval import is_searcher_directory
+
+    index_dir = Path(index)
+    if is_searcher_directory(index_dir):
+        return index_dir
+    if is_searcher_directory(index_dir / INDEX_DIR):  # a model directory with an index/ was given as the index
+        return index_dir / INDEX_DIR
+    if not index_dir.exists():
+        raise MissingFileError(f"--index / index= {str(index_dir)!r}: no such directory (expected an index directory "
+                               f"written by `realm-hf index build`, holding {INDEX_MANIFEST})")  # fmt: skip
+    raise FileFormatError(f"--index / index= expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
+                          f"index build` writes it); {index_dir} has none.", path=index_dir)  # fmt: skip
 
 
 def load_open_qa(

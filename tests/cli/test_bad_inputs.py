@@ -101,7 +101,7 @@ CLI_CASES = [
     ("ask-no-such-index", ["ask", "--model", "{demo}", "--index", "{in}/no-index", "q?"], None, 1,
      "no-index': no such directory (expected an index directory written by `realm-hf index build`"),
     ("ask-index-without-manifest", ["ask", "--model", "{demo}", "--index", "{in}", "q?"], None, 1,
-     "holds no index.json; expected an index directory"),
+     "expects an index directory holding index.json (as `realm-hf index build` writes it);"),
     ("ask-negative-bm25-weight", ["ask", "--model", "{demo}", "--bm25-weight", "-1", "q?"], None, 2,
      "expected a number >= 0, got '-1'"),
     ("ask-device-word", ["ask", "--model", "{demo}", "--device", "gpu", "q?"], None, 2,

@@ -42,21 +42,6 @@ def model_location(value: str) -> str:
     return value
 
 
-def index_location(value: str) -> str:
-    """`value` if it is a directory holding `index.json` (what `realm-hf index build` writes), else `MissingFileError`
-    naming what was received, before any model is loaded."""
-    from realm_hf.errors import MissingFileError
-
-    expected = "expected an index directory written by `realm-hf index build`, holding index.json"
-    if not os.path.exists(value):
-        raise MissingFileError(f"--index {value!r}: no such directory ({expected})")
-    if not os.path.isdir(value):
-        raise MissingFileError(f"--index {value!r} is a file; {expected}")
-    if not os.path.isfile(os.path.join(value, "index.json")):
-        raise MissingFileError(f"--index {value!r} holds no index.json; {expected}")
-    return value
-
-
 def device_name(value: str) -> str:
     """`auto`, `cpu`, `cuda` or `cuda:N`, or an argparse error that names what was received (checked against the
     machine later, by `resolve_device`)."""

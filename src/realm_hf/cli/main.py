@@ -11,7 +11,6 @@ from pathlib import Path
 from .arguments import (
     RealmHfArgumentParser,
     add_device_argument,
-    index_location,
     model_location,
     non_negative_float,
     positive_int,
@@ -223,8 +222,10 @@ def cmd_ask(args) -> int:
             print(f"(no --model given and no default model installed: using the untrained demo model in {model_path})",
                   file=sys.stderr)  # fmt: skip
     model_path = model_location(model_path)  # a missing directory says so in its own words, not wrapped below
-    if args.index is not None:
-        index_location(args.index)
+    if args.index is not None:  # a missing or wrong --index says so in its own words too, before the model loads
+        from realm_hf.loading import index_directory
+
+        index_directory(args.index)
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
     try:
         model, retriever = _load(model_path, args.index)
