@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import RETRIEVAL_TEST_VOCAB, seed_hub_cache, tiny_config
+from conftest import RETRIEVAL_TEST_VOCAB, seed_hub_cache, tiny_config, write_vocab
 from transformers import pipeline
 
 from realm_hf import OpenQAPipeline, RealmEmbedder, RealmForOpenQA, RealmRetriever, RealmTokenizer
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
-from realm_hf.pipelines.open_qa import spans_in_question
+from realm_hf.pipelines.open_qa import spans_in_question, unbalanced_spans
 from realm_hf.retrieval import DocumentStore
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "realm4"
@@ -286,6 +286,61 @@ def test_a_block_of_nothing_but_the_question_still_answers(tiny_open_qa):
     assert answer["answer"] and answer["score"] > 0.0
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# answers whose brackets do not pair up
+
+
+def _paired(tokens, opening, closing) -> bool:
+    depth = 0
+    for token in tokens:
+        depth += (token == opening) - (token == closing)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def test_unbalanced_spans_matches_a_brute_force_count():
+    generator = torch.Generator().manual_seed(0)
+    reader_ids = torch.randint(0, 6, (2, 3, 14), generator=generator)  # 1 "(", 2 ")", 3 "[", 4 "]": many brackets
+    starts = torch.tensor([p for width in range(5) for p in range(14 - width)])
+    ends = torch.tensor([p + width for width in range(5) for p in range(14 - width)])
+    spans = SimpleNamespace(reader_input_ids=reader_ids, candidate_starts=starts, candidate_ends=ends)
+    found = unbalanced_spans(spans, [(1, 2), (3, 4)])
+    assert found.shape == (2, 3, len(starts))
+
+    for b in range(2):
+        for r in range(3):
+            for n, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+                span = reader_ids[b, r, start : end + 1].tolist()
+                expected = not (_paired(span, 1, 2) and _paired(span, 3, 4))
+                assert bool(found[b, r, n]) == expected, (b, r, span)
+    assert found.any() and not found.all()
+    assert not unbalanced_spans(spans, []).any()  # a tokenizer without brackets leaves every span
+
+
+def test_answers_never_hold_unpaired_brackets(tmp_path):
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + ["(", ")"])))
+    records = np.array([b"the first record (this is low) want", b"( second ) test ( runn )",
+                        b"third ( fourth ( fifth ) ) record"], dtype=object)  # fmt: skip
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(RETRIEVAL_TEST_VOCAB) + 2, num_block_records=len(records),
+                         reader_beam_size=3, searcher_beam_size=3, max_span_width=5)  # fmt: skip
+    model = RealmForOpenQA(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.2)
+        model.block_emb.normal_()
+    retriever = RealmRetriever(block_records=records, tokenizer=tokenizer)
+    open_qa = pipeline("open-qa", model=model.eval(), tokenizer=tokenizer, retriever=retriever, device="cpu")
+    every = open_qa("test question", top_k=10**6, exclude_unbalanced_spans=False)
+    kept = open_qa("test question", top_k=10**6)
+    unpaired = [answer for answer in every if not _paired(answer["answer"], "(", ")")]
+    assert unpaired and len(kept) == len(every) - len(unpaired)
+    assert {"(this is low)", "( second )", "( fifth )"} <= {answer["answer"] for answer in kept}  # paired: kept
+    assert all(_paired(answer["answer"], "(", ")") for answer in kept)
+    assert sum(answer["score"] for answer in kept) == pytest.approx(1.0, abs=1e-4)
+
+
 @pytest.mark.parametrize("truncation_side", ["right", "left"])
 def test_truncated_blocks_map_correctly(demo_dir, truncation_side):
     # Blocks far longer than reader_seq_len (64): the reader sees their first wordpieces (the last ones when the
@@ -392,6 +447,7 @@ def test_bad_questions_name_expected_and_received(open_qa):
         ({"top_k": "3"}, "top_k must be a positive int .*got '3'"),
         ({"max_question_length": 2}, "max_question_length must be an int >= 3 .*got 2"),
         ({"exclude_question_spans": "yes"}, "exclude_question_spans must be True or False, got 'yes'"),
+        ({"exclude_unbalanced_spans": 1}, "exclude_unbalanced_spans must be True or False, got 1"),
     ],
 )
 def test_bad_parameters_name_expected_and_received(open_qa, kwargs, message):
@@ -443,6 +499,35 @@ def test_margin_and_retrieval_features_match_score_spans(open_qa):
     ]:
         answer = open_qa(question, calibration=_calibration(feature))
         assert answer["confidence"] == pytest.approx(1 / (1 + math.exp(-min(expected, 20.0))), rel=1e-4), feature
+
+
+def test_log_answer_probability_sums_the_spans_that_read_the_same(retrieval_vocab_file):
+    from realm_hf.pipelines.open_qa import ANSWER_POOL
+
+    # blocks 0 and 2 read alike: each of their spans is one answer found twice
+    tokenizer = RealmTokenizer(str(retrieval_vocab_file))
+    records = np.array([b"the first record is low", b"this is the second test", b"The FIRST record is low"],
+                       dtype=object)  # fmt: skip
+    torch.manual_seed(1)
+    config = tiny_config(vocab_size=len(RETRIEVAL_TEST_VOCAB), num_block_records=len(records), reader_beam_size=3,
+                         searcher_beam_size=3, max_span_width=3)  # fmt: skip
+    model = RealmForOpenQA(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.2)
+        model.block_emb.normal_()
+    retriever = RealmRetriever(block_records=records, tokenizer=tokenizer)
+    open_qa = pipeline("open-qa", model=model.eval(), tokenizer=tokenizer, retriever=retriever, device="cpu")
+    twice = 0
+    for question in ["test question", "the first", "want lowest"]:
+        pool = open_qa(question, top_k=ANSWER_POOL)
+        best = _wordpieces(tokenizer, pool[0])
+        # the best answer's probability summed over every span among the most probable with its wordpieces
+        expected = sum(answer["score"] for answer in pool if _wordpieces(tokenizer, answer) == best)
+        twice += expected > pool[0]["score"] * 1.01
+        answer = open_qa(question, calibration=_calibration("log_answer_probability"))
+        assert answer["confidence"] == pytest.approx(expected / (1 + expected), rel=1e-4), question  # sigmoid(log p)
+    assert twice, "no question's best answer was read twice: the test checks nothing"
 
 
 def test_question_coverage_counts_the_questions_content_words_found_in_the_answers_block(open_qa):

@@ -2,7 +2,8 @@
 
 The "open-qa" pipeline computes, for every answer, the features in [`CALIBRATION_FEATURES`] from numbers it already
 has: the answer's probability among all (block, span) pairs read, its logit, the margin to the next best span, the
-probability of its block among the blocks read (a softmax of the retrieval logits) and the best retrieval logit. A
+probability of its block among the blocks read (a softmax of the retrieval logits), the best retrieval logit, the
+share of the question's words in the answer's block, and the answer's probability summed over the blocks that hold it. A
 [`Calibration`] is a logistic (Platt-style) model over those features, fitted on dev answers labelled correct or not
 (unanswerable questions count as not correct) by [`fit_calibration`]; `confidence = sigmoid(w . standardized(x) + b)`
 lies in [0, 1], and an answer is abstained when its confidence is below `threshold`, chosen on dev by
@@ -43,6 +44,7 @@ CALIBRATION_FEATURES = (
     "log_block_probability",  # log softmax of the retrieval logits over the blocks read, at the answer's block
     "max_retrieval_logit",  # the best question . block inner product among the blocks read
     "question_coverage",  # share of the question's content wordpieces that occur in the answer's block
+    "log_answer_probability",  # log of the summed probability of every span read with the answer's wordpieces
 )
 MAX_MARGIN = 20.0
 

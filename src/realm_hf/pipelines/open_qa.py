@@ -16,7 +16,8 @@ block's retrieval logit, the distribution REALM's reader loss is trained on.
 
 A span whose wordpieces all stand in the question ("Who wrote Hamlet?" -> "Hamlet") is never the answer: such spans
 are left out before the best ones are chosen, and `score` is renormalised over the rest (`exclude_question_spans=False`
-keeps them, as `RealmForOpenQA.forward` does).
+keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracket it does not close ("The Four Seasons
+(Vivaldi"; `exclude_unbalanced_spans=False` keeps those).
 """
 
 import os
@@ -63,6 +64,8 @@ class OpenQAPipeline(Pipeline):
         batch_size (`int`, *optional*, defaults to 1): questions per forward pass when given a list.
         exclude_question_spans (`bool`, *optional*, defaults to `True`): leave out candidate spans whose wordpieces
             all stand, in order, in the question (see [`spans_in_question`]); a call may override it.
+        exclude_unbalanced_spans (`bool`, *optional*, defaults to `True`): leave out candidate spans whose brackets
+            do not pair up (see [`unbalanced_spans`]); a call may override it.
         device: where the model runs, as for every pipeline.
 
     Each answer is a dict:
@@ -150,6 +153,8 @@ class OpenQAPipeline(Pipeline):
                 model's own.
             exclude_question_spans (`bool`, *optional*): leave out answers that only repeat the question (default:
                 `True`).
+            exclude_unbalanced_spans (`bool`, *optional*): leave out answers whose brackets do not pair up (default:
+                `True`).
 
         Returns:
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
@@ -174,12 +179,15 @@ class OpenQAPipeline(Pipeline):
         abstention_threshold: float | None = None,
         calibration=None,
         exclude_question_spans: bool | None = None,
+        exclude_unbalanced_spans: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
-        if exclude_question_spans is not None:
-            if not isinstance(exclude_question_spans, bool):
-                raise ValueError(f"exclude_question_spans must be True or False, got {exclude_question_spans!r}.")
-            forward_params["exclude_question_spans"] = exclude_question_spans
+        for name, value in (("exclude_question_spans", exclude_question_spans),
+                            ("exclude_unbalanced_spans", exclude_unbalanced_spans)):  # fmt: skip
+            if value is not None:
+                if not isinstance(value, bool):
+                    raise ValueError(f"{name} must be True or False, got {value!r}.")
+                forward_params[name] = value
         if abstention_threshold is not None:
             if (
                 isinstance(abstention_threshold, bool)
@@ -215,7 +223,11 @@ class OpenQAPipeline(Pipeline):
         return dict(encode_question(self.tokenizer, question, max_length))
 
     def _forward(
-        self, model_inputs: dict[str, torch.Tensor], top_k: int = 1, exclude_question_spans: bool = True
+        self,
+        model_inputs: dict[str, torch.Tensor],
+        top_k: int = 1,
+        exclude_question_spans: bool = True,
+        exclude_unbalanced_spans: bool = True,
     ) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
         inputs = {
@@ -233,6 +245,11 @@ class OpenQAPipeline(Pipeline):
             span_mask = span_mask & ~spans_in_question(spans, inputs["input_ids"], question_mask)
             # A question whose blocks hold nothing but its own words keeps them: some answer beats none.
             span_mask = torch.where(span_mask.flatten(1).any(-1)[:, None, None], span_mask, spans.span_mask)
+        if exclude_unbalanced_spans:
+            unbalanced = unbalanced_spans(spans, self._bracket_ids())
+            # As above: a question whose blocks hold nothing else keeps them.
+            kept = span_mask & ~unbalanced
+            span_mask = torch.where(kept.flatten(1).any(-1)[:, None, None], kept, span_mask)
         logits = spans.span_logits.float().masked_fill(~span_mask, float("-inf")).view(batch_size, -1)
         if top_k > logits.shape[1]:
             logger.warning_once(
@@ -241,8 +258,13 @@ class OpenQAPipeline(Pipeline):
             )
         probabilities = logits.softmax(dim=-1)  # (B, R * N); NaN only where no span is valid, and then unused
         # A stable sort breaks ties by block, then by span (width, then start): forward's argmax order.
-        best = torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :top_k]  # (B, k)
+        order = torch.sort(logits, dim=-1, descending=True, stable=True).indices
+        best = order[:, :top_k]  # (B, k)
         block_index, candidate = best // num_candidates, best % num_candidates
+        # The answer's probability as REALM defines it: summed over every span that reads the same (the top ones).
+        answer_probabilities = _answer_probabilities(
+            probabilities, order[:, : max(top_k, ANSWER_POOL)], spans, num_candidates
+        )[:, :top_k]  # (B, k)
         # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
         return {
             "scores": probabilities.gather(1, best),  # (B, k)
@@ -253,6 +275,7 @@ class OpenQAPipeline(Pipeline):
                 block_index,
                 spans.retrieved_logits[:, :num_read],
                 _question_coverage(inputs, spans.reader_input_ids, spans.block_mask, self._ignored_ids()),
+                answer_probabilities,
             ),
             "valid": span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
@@ -262,6 +285,16 @@ class OpenQAPipeline(Pipeline):
             "reader_input_ids": spans.reader_input_ids,  # (B, R, L)
             "block_mask": spans.block_mask,  # (B, R, L)
         }
+
+    def _bracket_ids(self) -> list[tuple[int, int]]:
+        """`(opening, closing)` wordpiece ids of the bracket pairs the tokenizer has as tokens of their own (cached)."""
+        pairs = getattr(self, "_cached_bracket_ids", None)
+        if pairs is None:
+            vocab = self.tokenizer.get_vocab()
+            pairs = [(vocab[opening], vocab[closing]) for opening, closing in ("()", "[]", "{}")
+                     if opening in vocab and closing in vocab]  # fmt: skip
+            self._cached_bracket_ids = pairs
+        return pairs
 
     def _ignored_ids(self) -> torch.Tensor:
         """The wordpiece ids [`_question_coverage`] skips: special tokens, stop words and punctuation (cached)."""
@@ -439,6 +472,61 @@ def spans_in_question(
     return by_width[..., spans.candidate_ends, widths]  # (B, R, N)
 
 
+def unbalanced_spans(spans, bracket_ids: list[tuple[int, int]]) -> torch.BoolTensor:
+    """Which candidate spans open a bracket they do not close or close one they did not open: `(B, R, N)`.
+
+    An answer is a phrase, and a phrase keeps its brackets paired; a span like "The Four Seasons (Vivaldi", cut from
+    a block titled "The Four Seasons (Vivaldi)", is never the answer ("Who composed The Four Seasons?" -> "Antonio
+    Vivaldi"). Matched on wordpiece ids, each kind of bracket on its own.
+
+    Args:
+        spans ([`RealmForOpenQASpanScores`]): what `RealmForOpenQA.score_spans` returned.
+        bracket_ids (`list[tuple[int, int]]`): `(opening, closing)` wordpiece ids, one pair per kind of bracket.
+    """
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    starts, ends = spans.candidate_starts.to(reader_ids.device), spans.candidate_ends.to(reader_ids.device)
+    unbalanced = torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=reader_ids.device)
+    if not bracket_ids or starts.numel() == 0:
+        return unbalanced
+    width = int((ends - starts).max()) + 1
+    positions = starts[:, None] + torch.arange(width, device=reader_ids.device)  # (N, W)
+    inside = positions <= ends[:, None]
+    positions = positions.clamp(max=reader_ids.shape[-1] - 1)
+    for opening, closing in bracket_ids:
+        step = (reader_ids == opening).to(torch.int8) - (reader_ids == closing).to(torch.int8)  # (B, R, L)
+        depth = (step[..., positions] * inside).cumsum(-1)  # (B, R, N, W): open brackets after each span token
+        unbalanced |= (depth.min(-1).values < 0) | (depth[..., -1] != 0)
+    return unbalanced
+
+
+# How many of the most probable spans [`_answer_probabilities`] groups: spans further down add nothing measurable.
+ANSWER_POOL = 64
+
+
+def _answer_probabilities(probabilities, pool, spans, num_candidates: int) -> torch.Tensor:
+    """`(B, P)`: for each span of `pool` (`(B, P)` flat indices into the `R * N` candidates, most probable first), the
+    summed probability of the spans in `pool` with the same wordpieces, in any block read.
+
+    REALM's answer probability is a sum over blocks (Guu et al. 2020, eq. 2): "Berlin" read in three blocks has the
+    probability of all three, while one span's probability is a third of it, and a question whose blocks agree looks
+    less certain than one that found a single block. Equal wordpieces stand for equal answers (as case-insensitive as
+    the tokenizer)."""
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    device = reader_ids.device
+    pool = pool.to(device)
+    block, candidate = pool // num_candidates, pool % num_candidates  # (B, P)
+    starts = spans.candidate_starts.to(device)[candidate]
+    ends = spans.candidate_ends.to(device)[candidate]
+    width = int((spans.candidate_ends - spans.candidate_starts).max()) + 1 if candidate.numel() else 1
+    positions = starts[..., None] + torch.arange(width, device=device)  # (B, P, W)
+    inside = positions <= ends[..., None]
+    rows = reader_ids[torch.arange(reader_ids.shape[0], device=device)[:, None], block]  # (B, P, L)
+    words = rows.gather(-1, positions.clamp(max=reader_ids.shape[-1] - 1)).masked_fill(~inside, -1)  # (B, P, W)
+    same = (words[:, :, None, :] == words[:, None, :, :]).all(-1)  # (B, P, P)
+    pooled = torch.nan_to_num(probabilities.gather(1, pool.to(probabilities.device)), nan=0.0).to(device)
+    return (same.to(pooled.dtype) @ pooled[..., None]).squeeze(-1)
+
+
 # Words a question shares with almost any passage: they say nothing about whether the passage is about the question.
 STOP_WORDS = frozenset(
     "a an the of in on at to for from by with about into as is are was were be been being do does did has have had "
@@ -464,9 +552,12 @@ def _question_coverage(inputs, reader_input_ids, block_mask, ignored: torch.Tens
     return torch.where(counted > 0, found / counted.clamp(min=1), torch.ones_like(found, dtype=torch.float))
 
 
-def _confidence_features(logits, probabilities, best, block_index, retrieval_logits, coverage) -> torch.Tensor:
+def _confidence_features(
+    logits, probabilities, best, block_index, retrieval_logits, coverage, answer_probabilities
+) -> torch.Tensor:
     """`(B, k, len(CALIBRATION_FEATURES))`: for each of the `k` best spans, the numbers a calibration reads (see
-    `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`); `coverage` `(B, R)` is [`_question_coverage`]."""
+    `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`); `coverage` `(B, R)` is [`_question_coverage`],
+    `answer_probabilities` `(B, k)` [`_answer_probabilities`]."""
     span_logit = logits.gather(1, best)  # (B, k)
     top_two = torch.topk(logits, k=min(2, logits.shape[1]), dim=-1).values  # (B, 2)
     # The best span's margin is over the runner-up; every other span's is its (negative) gap to the best.
@@ -483,6 +574,7 @@ def _confidence_features(logits, probabilities, best, block_index, retrieval_log
         block_log_probability.to(span_logit.device),
         retrieval_logits.float().max(dim=-1).values.unsqueeze(1).expand_as(span_logit).to(span_logit.device),
         coverage.float().gather(1, block_index.to(coverage.device)).to(span_logit.device),
+        answer_probabilities.float().to(span_logit.device).clamp(min=1e-30).log(),
     ], dim=-1)  # fmt: skip
     return torch.nan_to_num(features, nan=0.0, posinf=MAX_MARGIN, neginf=-1e4)
 
@@ -491,4 +583,4 @@ def _block_text(record) -> str:
     return record.decode("utf-8") if isinstance(record, bytes) else str(record)
 
 
-__all__ = ["OpenQAPipeline", "spans_in_question"]
+__all__ = ["OpenQAPipeline", "spans_in_question", "unbalanced_spans"]
