@@ -444,12 +444,13 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
             "",
             "Each answer carries a calibrated `confidence` and `abstained` (confidence below the threshold chosen on "
             f"dev: the largest that abstains on at most {_percent(budget)}% of the correctly answered dev questions of "
-            "every question source, on features chosen by leave-one-source-out"
+            "every question source"
             + (
-                "; a margin under the goal's 25%, for the questions people write, which it answers less confidently "
-                "than the dev sources' (the last rows)"
-                if budget < 0.25
-                else ""
+                ", the budget and the features chosen by leave-one-source-out: the features that abstain on the most "
+                "unanswerable dev questions with a budget at which no held-out source loses over 25% of its right "
+                "answers"
+                if "goal_correct_abstained" in calibration["calibration"].get("metadata", {})
+                else ", on features chosen by leave-one-source-out"
             )
             + "); `realm-hf ask` "
             "prints `(not sure)` before an abstained answer, which stays the best guess. Unanswerable questions are "

@@ -15,6 +15,7 @@ from transformers import pipeline
 
 from realm_hf import OpenQAPipeline, RealmEmbedder, RealmForOpenQA, RealmRetriever, RealmTokenizer
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
+from realm_hf.evaluation.calibration import CALIBRATION_FEATURES
 from realm_hf.pipelines.open_qa import spans_in_question, unbalanced_spans
 from realm_hf.retrieval import DocumentStore
 
@@ -528,6 +529,48 @@ def test_log_answer_probability_sums_the_spans_that_read_the_same(retrieval_voca
         answer = open_qa(question, calibration=_calibration("log_answer_probability"))
         assert answer["confidence"] == pytest.approx(expected / (1 + expected), rel=1e-4), question  # sigmoid(log p)
     assert twice, "no question's best answer was read twice: the test checks nothing"
+
+
+def test_idf_coverage_weighs_the_questions_words_by_their_rarity():
+    from realm_hf.pipelines.open_qa import document_frequencies, idf_coverage
+
+    corpus = [
+        "The king of Spain is Felipe.",
+        "A king rules a kingdom.",
+        "Spain is in Europe.",
+        "Zanzibar is an island.",
+    ]
+    frequencies = document_frequencies(corpus)
+    assert frequencies[1] == 4 and frequencies[0]["king"] == 2 and frequencies[0]["spain"] == 2
+    idf = {word: math.log(5 / (count + 0.5)) for word, count in {"king": 2, "spain": 2, "zanzanryx": 0}.items()}
+    # "who", "is", "the", "of" are stop words; a word no block holds weighs most
+    assert idf_coverage("Who is the king of Spain?", corpus[0], frequencies) == pytest.approx(1.0)
+    assert idf_coverage("Who is the king of Zanzanryx?", corpus[1], frequencies) == pytest.approx(
+        idf["king"] / (idf["king"] + idf["zanzanryx"])
+    )
+    assert idf_coverage("Who is the king of Zanzanryx?", corpus[3], frequencies) == 0.0
+    assert idf_coverage("Who is it?", corpus[3], frequencies) == 1.0  # no content words
+    # case and accents do not matter: an uncased tokenizer's decoded question meets the block as written
+    assert idf_coverage("who was the maid of orleans", "Joan of Arc, the Maid of Orléans", frequencies) == 1.0
+
+
+def test_idf_coverage_is_computed_where_a_calibration_reads_it(tiny_open_qa):
+    from realm_hf.pipelines.open_qa import idf_coverage
+
+    open_qa = tiny_open_qa  # it reads every block, and every block says "record" or "low"
+    last = CALIBRATION_FEATURES.index("question_idf_coverage")
+    covered = []
+    for question in ["the first record", "this is the lowest record", "second test record", "fifth want"]:
+        inputs = dict(open_qa.tokenizer([question], return_tensors="pt"))
+        assert open_qa.forward(inputs, top_k=1)["features"][0, 0, last] == 1.0  # no calibration reads it: not counted
+        feature = float(open_qa.forward(inputs, top_k=1, idf_coverage=True)["features"][0, 0, last])
+        answer = open_qa(question, calibration=_calibration("question_idf_coverage", weight=50.0, bias=-25.0))
+        expected = idf_coverage(question, answer["evidence"], open_qa._cached_document_frequencies)
+        assert feature == pytest.approx(expected, abs=1e-6), question
+        assert answer["confidence"] == pytest.approx(1 / (1 + math.exp(-(50.0 * expected - 25.0))), rel=1e-4)
+        covered.append(expected)
+    assert open_qa._cached_document_frequencies[1] == len(open_qa.retriever.block_records)
+    assert 0.0 < max(covered) and min(covered) < 1.0, covered
 
 
 def test_question_coverage_counts_the_questions_content_words_found_in_the_answers_block(open_qa):

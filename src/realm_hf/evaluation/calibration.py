@@ -3,7 +3,8 @@
 The "open-qa" pipeline computes, for every answer, the features in [`CALIBRATION_FEATURES`] from numbers it already
 has: the answer's probability among all (block, span) pairs read, its logit, the margin to the next best span, the
 probability of its block among the blocks read (a softmax of the retrieval logits), the best retrieval logit, the
-share of the question's words in the answer's block, and the answer's probability summed over the blocks that hold it. A
+share of the question's words in the answer's block (plain, and weighted by each word's rarity in the corpus), and the
+answer's probability summed over the blocks that hold it. A
 [`Calibration`] is a logistic (Platt-style) model over those features, fitted on dev answers labelled correct or not
 (unanswerable questions count as not correct) by [`fit_calibration`]; `confidence = sigmoid(w . standardized(x) + b)`
 lies in [0, 1], and an answer is abstained when its confidence is below `threshold`, chosen on dev by
@@ -45,6 +46,7 @@ CALIBRATION_FEATURES = (
     "max_retrieval_logit",  # the best question . block inner product among the blocks read
     "question_coverage",  # share of the question's content wordpieces that occur in the answer's block
     "log_answer_probability",  # log of the summed probability of every span read with the answer's wordpieces
+    "question_idf_coverage",  # share of the question's words, weighted by rarity in the corpus, in the answer's block
 )
 MAX_MARGIN = 20.0
 

@@ -20,8 +20,12 @@ keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracke
 (Vivaldi"; `exclude_unbalanced_spans=False` keeps those).
 """
 
+import math
 import os
-from collections.abc import Iterator
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch.utils.data import Dataset as TorchDataset
@@ -198,6 +202,7 @@ class OpenQAPipeline(Pipeline):
             postprocess_params["abstention_threshold"] = float(abstention_threshold)
         if calibration is not None:
             postprocess_params["calibration"] = _as_calibration(calibration)
+            forward_params["idf_coverage"] = IDF_COVERAGE in postprocess_params["calibration"].features
         if top_k is not None:
             if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
                 raise ValueError(f"top_k must be a positive int (answers per question), got {top_k!r}.")
@@ -228,6 +233,7 @@ class OpenQAPipeline(Pipeline):
         top_k: int = 1,
         exclude_question_spans: bool = True,
         exclude_unbalanced_spans: bool = True,
+        idf_coverage: bool | None = None,
     ) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
         inputs = {
@@ -276,6 +282,7 @@ class OpenQAPipeline(Pipeline):
                 spans.retrieved_logits[:, :num_read],
                 _question_coverage(inputs, spans.reader_input_ids, spans.block_mask, self._ignored_ids()),
                 answer_probabilities,
+                self._idf_coverage(inputs["input_ids"], spans.retrieved_block_ids[:, :num_read], idf_coverage),
             ),
             "valid": span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
@@ -285,6 +292,27 @@ class OpenQAPipeline(Pipeline):
             "reader_input_ids": spans.reader_input_ids,  # (B, R, L)
             "block_mask": spans.block_mask,  # (B, R, L)
         }
+
+    def _idf_coverage(self, question_ids: torch.Tensor, block_ids: torch.Tensor, needed: bool | None) -> torch.Tensor:
+        """`(B, R)`: [`idf_coverage`] of each question in each block read, or ones when no calibration reads it
+        (`needed=None`: whether the model's own calibration does): it needs the corpus' document frequencies, counted
+        over every block on first use (seconds for 50k blocks)."""
+        if needed is None:
+            calibration = self._calibration()
+            needed = calibration is not None and IDF_COVERAGE in calibration.features
+        if not needed:
+            return torch.ones(block_ids.shape, dtype=torch.float)
+        frequencies = getattr(self, "_cached_document_frequencies", None)
+        if frequencies is None:
+            records = self.retriever.block_records
+            frequencies = self._cached_document_frequencies = document_frequencies(
+                _block_text(records[index]) for index in range(len(records))
+            )
+        questions = self.tokenizer.batch_decode(question_ids, skip_special_tokens=True)
+        rows = block_ids.tolist()
+        return torch.tensor([[idf_coverage(question, _block_text(self.retriever.block_records[block]), frequencies)
+                              if block >= 0 else 0.0 for block in row] for question, row in zip(questions, rows)],
+                            dtype=torch.float)  # fmt: skip
 
     def _bracket_ids(self) -> list[tuple[int, int]]:
         """`(opening, closing)` wordpiece ids of the bracket pairs the tokenizer has as tokens of their own (cached)."""
@@ -536,6 +564,41 @@ STOP_WORDS = frozenset(
 )
 
 
+IDF_COVERAGE = "question_idf_coverage"
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    r"""Lower-cased `\w+` words without accents: the same for a block as for an uncased tokenizer's decoded question."""
+    text = unicodedata.normalize("NFD", text.lower())
+    return set(_WORD.findall("".join(character for character in text if not unicodedata.combining(character))))
+
+
+def document_frequencies(texts: Iterable[str]) -> tuple[Counter, int]:
+    r"""`(blocks holding each word, number of blocks)` over a corpus' block texts, words as [`idf_coverage`] splits."""
+    counts, total = Counter(), 0
+    for text in texts:
+        counts.update(_words(text))
+        total += 1
+    return counts, total
+
+
+def idf_coverage(question: str, block: str, frequencies: tuple[Counter, int]) -> float:
+    """The share of the question's content words (not stop words) found in the block, each word weighted by its inverse
+    document frequency in the corpus, `log((N + 1) / (df + 0.5))`; 1 for a question without content words.
+
+    Rare words carry the question: "Who is the king of Zanzanryx?" draws a block about a king, which holds "king" but not
+    the word no block holds, and covers 0.15 of the question; "Who wrote Hamlet?" covers 1.0 of its answer's block.
+    Unlike [`_question_coverage`], a common word the block lacks ("is", "country") costs little."""
+    counts, total = frequencies
+    words = [word for word in _words(question) if word not in STOP_WORDS]
+    if not words:
+        return 1.0
+    weights = {word: math.log((total + 1) / (counts.get(word, 0) + 0.5)) for word in words}
+    present = _words(block)
+    return sum(weight for word, weight in weights.items() if word in present) / sum(weights.values())
+
+
 def _question_coverage(inputs, reader_input_ids, block_mask, ignored: torch.Tensor) -> torch.Tensor:
     """`(B, R)`: for each block read, the share of the question's content wordpieces (not special, not a stop word,
     not punctuation) that occur among the block's own wordpieces; 1 for a question without content wordpieces. An
@@ -553,11 +616,11 @@ def _question_coverage(inputs, reader_input_ids, block_mask, ignored: torch.Tens
 
 
 def _confidence_features(
-    logits, probabilities, best, block_index, retrieval_logits, coverage, answer_probabilities
+    logits, probabilities, best, block_index, retrieval_logits, coverage, answer_probabilities, idf_coverages
 ) -> torch.Tensor:
     """`(B, k, len(CALIBRATION_FEATURES))`: for each of the `k` best spans, the numbers a calibration reads (see
     `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`); `coverage` `(B, R)` is [`_question_coverage`],
-    `answer_probabilities` `(B, k)` [`_answer_probabilities`]."""
+    `answer_probabilities` `(B, k)` [`_answer_probabilities`], `idf_coverages` `(B, R)` [`idf_coverage`]."""
     span_logit = logits.gather(1, best)  # (B, k)
     top_two = torch.topk(logits, k=min(2, logits.shape[1]), dim=-1).values  # (B, 2)
     # The best span's margin is over the runner-up; every other span's is its (negative) gap to the best.
@@ -575,6 +638,7 @@ def _confidence_features(
         retrieval_logits.float().max(dim=-1).values.unsqueeze(1).expand_as(span_logit).to(span_logit.device),
         coverage.float().gather(1, block_index.to(coverage.device)).to(span_logit.device),
         answer_probabilities.float().to(span_logit.device).clamp(min=1e-30).log(),
+        idf_coverages.float().to(block_index.device).gather(1, block_index).to(span_logit.device),
     ], dim=-1)  # fmt: skip
     return torch.nan_to_num(features, nan=0.0, posinf=MAX_MARGIN, neginf=-1e4)
 
@@ -583,4 +647,4 @@ def _block_text(record) -> str:
     return record.decode("utf-8") if isinstance(record, bytes) else str(record)
 
 
-__all__ = ["OpenQAPipeline", "spans_in_question", "unbalanced_spans"]
+__all__ = ["OpenQAPipeline", "document_frequencies", "idf_coverage", "spans_in_question", "unbalanced_spans"]
