@@ -179,16 +179,13 @@ def test_max_question_length_truncates_questions(open_qa):
 # offsets: subwords, case, accents, truncated blocks
 
 
-@pytest.fixture
-def tiny_open_qa(retrieval_vocab_file):
-    """A random tiny model whose vocabulary splits words into subwords ("runn ##ing", "un ##want ##ed")."""
-    torch.manual_seed(0)
-    tokenizer = RealmTokenizer(str(retrieval_vocab_file))
-    records = np.array([b"This is the FIRST record", b"This is the second record, unwanted", b"Third, RUNNING low",
-                        b"the   fourth record,  lowest", b"This\tis the fifth record", b"The lowest record is the fifth"],
-                       dtype=object)  # fmt: skip
-    config = tiny_config(vocab_size=len(RETRIEVAL_TEST_VOCAB), num_block_records=len(records), reader_beam_size=6,
-                         searcher_beam_size=6, max_span_width=4)  # fmt: skip
+def _random_open_qa(tokenizer, texts: list[bytes], max_span_width: int = 4, seed: int = 0) -> OpenQAPipeline:
+    """A pipeline over a random tiny model that reads every one of `texts`."""
+    torch.manual_seed(seed)
+    records = np.array(texts, dtype=object)
+    config = tiny_config(vocab_size=tokenizer.vocab_size, num_block_records=len(records),
+                         reader_beam_size=len(records), searcher_beam_size=len(records),
+                         max_span_width=max_span_width)  # fmt: skip
     model = RealmForOpenQA(config)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -196,6 +193,15 @@ def tiny_open_qa(retrieval_vocab_file):
         model.block_emb.normal_()
     retriever = RealmRetriever(block_records=records, tokenizer=tokenizer)
     return pipeline("open-qa", model=model.eval(), tokenizer=tokenizer, retriever=retriever, device="cpu")
+
+
+@pytest.fixture
+def tiny_open_qa(retrieval_vocab_file):
+    """A random tiny model whose vocabulary splits words into subwords ("runn ##ing", "un ##want ##ed")."""
+    tokenizer = RealmTokenizer(str(retrieval_vocab_file))
+    return _random_open_qa(tokenizer, [b"This is the FIRST record", b"This is the second record, unwanted",
+                                       b"Third, RUNNING low", b"the   fourth record,  lowest", b"This\tis the fifth record",
+                                       b"The lowest record is the fifth"])  # fmt: skip
 
 
 def test_every_span_maps_to_its_characters_in_the_original_text(tiny_open_qa):
@@ -321,18 +327,8 @@ def test_unbalanced_spans_matches_a_brute_force_count():
 
 def test_answers_never_hold_unpaired_brackets(tmp_path):
     tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + ["(", ")"])))
-    records = np.array([b"the first record (this is low) want", b"( second ) test ( runn )",
-                        b"third ( fourth ( fifth ) ) record"], dtype=object)  # fmt: skip
-    torch.manual_seed(0)
-    config = tiny_config(vocab_size=len(RETRIEVAL_TEST_VOCAB) + 2, num_block_records=len(records),
-                         reader_beam_size=3, searcher_beam_size=3, max_span_width=5)  # fmt: skip
-    model = RealmForOpenQA(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(0.0, 0.2)
-        model.block_emb.normal_()
-    retriever = RealmRetriever(block_records=records, tokenizer=tokenizer)
-    open_qa = pipeline("open-qa", model=model.eval(), tokenizer=tokenizer, retriever=retriever, device="cpu")
+    texts = [b"the first record (this is low) want", b"( second ) test ( runn )", b"third ( fourth ( fifth ) ) record"]
+    open_qa = _random_open_qa(tokenizer, texts, max_span_width=5)
     every = open_qa("test question", top_k=10**6, exclude_unbalanced_spans=False)
     kept = open_qa("test question", top_k=10**6)
     unpaired = [answer for answer in every if not _paired(answer["answer"], "(", ")")]
@@ -507,18 +503,8 @@ def test_log_answer_probability_sums_the_spans_that_read_the_same(retrieval_voca
 
     # blocks 0 and 2 read alike: each of their spans is one answer found twice
     tokenizer = RealmTokenizer(str(retrieval_vocab_file))
-    records = np.array([b"the first record is low", b"this is the second test", b"The FIRST record is low"],
-                       dtype=object)  # fmt: skip
-    torch.manual_seed(1)
-    config = tiny_config(vocab_size=len(RETRIEVAL_TEST_VOCAB), num_block_records=len(records), reader_beam_size=3,
-                         searcher_beam_size=3, max_span_width=3)  # fmt: skip
-    model = RealmForOpenQA(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(0.0, 0.2)
-        model.block_emb.normal_()
-    retriever = RealmRetriever(block_records=records, tokenizer=tokenizer)
-    open_qa = pipeline("open-qa", model=model.eval(), tokenizer=tokenizer, retriever=retriever, device="cpu")
+    texts = [b"the first record is low", b"this is the second test", b"The FIRST record is low"]
+    open_qa = _random_open_qa(tokenizer, texts, max_span_width=3, seed=1)
     twice = 0
     for question in ["test question", "the first", "want lowest"]:
         pool = open_qa(question, top_k=ANSWER_POOL)
