@@ -550,9 +550,13 @@ def _answer_probabilities(probabilities, pool, spans, num_candidates: int) -> to
     inside = positions <= ends[..., None]
     rows = reader_ids[torch.arange(reader_ids.shape[0], device=device)[:, None], block]  # (B, P, L)
     words = rows.gather(-1, positions.clamp(max=reader_ids.shape[-1] - 1)).masked_fill(~inside, -1)  # (B, P, W)
-    same = (words[:, :, None, :] == words[:, None, :, :]).all(-1)  # (B, P, P)
     pooled = torch.nan_to_num(probabilities.gather(1, pool.to(probabilities.device)), nan=0.0).to(device)
-    return (same.to(pooled.dtype) @ pooled[..., None]).squeeze(-1)
+    summed = torch.empty_like(pooled)
+    for row in range(words.shape[0]):  # group equal spans by sorting, not by comparing every pair: top_k may be large
+        _, group = torch.unique(words[row], dim=0, return_inverse=True)
+        totals = torch.zeros(int(group.max()) + 1 if group.numel() else 0, dtype=pooled.dtype, device=device)
+        summed[row] = totals.index_add_(0, group, pooled[row])[group]
+    return summed
 
 
 # Words a question shares with almost any passage: they say nothing about whether the passage is about the question.
