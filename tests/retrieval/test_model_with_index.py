@@ -50,6 +50,28 @@ def test_offloaded_model_answers_like_the_buffer(tmp_path, demo_dir):
         _answers(without, retriever.tokenizer, DEMO_QUESTIONS[:1])
 
 
+def test_index_build_embeds_with_a_model_saved_in_fp16(tmp_path, demo_dir, capsys):
+    # The default model ships fp16 weights, which transformers 5 loads as fp16; the build embeds in fp32 (or under its
+    # autocast) all the same, where fp16 weights once failed in LayerNorm ("mixed dtype").
+    import shutil
+
+    half = tmp_path / "half"
+    shutil.copytree(demo_dir, half)
+    RealmForOpenQA.from_pretrained(demo_dir).half().save_pretrained(half)
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Paris is the capital of France {i}."}) + "\n" for i in range(6)))
+    for model, output in ((half, tmp_path / "from_half"), (demo_dir, tmp_path / "from_full")):
+        # bf16 autocast, as a CPU with AVX512-BF16 picks by itself (the tests otherwise force fp32)
+        assert main(["index", "build", "--model", str(model), "--corpus", str(corpus), "--output", str(output),
+                     "--precision", "bf16", "--quiet"]) == 0  # fmt: skip
+    assert "indexed 6 blocks" in capsys.readouterr().out
+    ids = torch.arange(6)
+    from_half = ExactSearcher.from_index(tmp_path / "from_half").embeddings(ids).float()
+    from_full = ExactSearcher.from_index(tmp_path / "from_full").embeddings(ids).float()
+    # the same embeddings but for the weights' fp16 rounding
+    assert torch.nn.functional.cosine_similarity(from_half, from_full).min() > 0.99
+
+
 def test_hub_checkpoint_with_a_searcher_never_loads_block_emb(demo_dir):
     retriever = RealmRetriever.from_pretrained(demo_dir)
     full = RealmForOpenQA.from_pretrained(demo_dir, retriever=retriever)

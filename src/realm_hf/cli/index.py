@@ -62,6 +62,7 @@ def _default_model(model: str | None) -> str:
 def _load_embedder(model: str | None, device: str = "cpu"):
     """The block encoder of `model` on `--device` (a GPU that is not there is named before anything loads), and its
     tokenizer."""
+    import torch
     from transformers import AutoTokenizer
 
     from realm_hf import RealmEmbedder
@@ -70,7 +71,10 @@ def _load_embedder(model: str | None, device: str = "cpu"):
 
     device = resolve_device(device)
     model = model_location(_default_model(model))
-    return RealmEmbedder.from_pretrained(model).eval().to(device), AutoTokenizer.from_pretrained(model)
+    # fp32 whatever the checkpoint holds (the default model ships fp16): the build's autocast sets the precision, and
+    # fp16 weights under CPU autocast fail in LayerNorm ("mixed dtype").
+    embedder = RealmEmbedder.from_pretrained(model, dtype=torch.float32)
+    return embedder.eval().to(device), AutoTokenizer.from_pretrained(model)
 
 
 def cmd_build(args) -> int:
