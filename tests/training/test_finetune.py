@@ -210,3 +210,37 @@ def test_cli_train_two_processes_equal_one_process_over_the_same_global_batch(de
                            capture_output=True, text=True, env=env)  # fmt: skip
     assert again.returncode == 0 and "nothing to do" in again.stdout
     assert json.loads((tmp_path / "one" / "train_results.json").read_text())["global_step"] == 2
+
+
+def test_cli_train_over_an_index_smaller_than_the_search_beam(demo_dir, tmp_path, capsys):
+    # The demo model searches 8 blocks; an index of 5 documents gives all 5 (as `realm-hf ask` does), with a warning.
+    from realm_hf.cli.main import main
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"title": f"Doc {i}", "text": f"Paris is the capital of France {i}."}) + "\n"
+                              for i in range(5)))  # fmt: skip
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"question": "What is the capital of France?", "answers": ["Paris"]}) + "\n")
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(corpus), "--output",
+                 str(tmp_path / "index"), "--quiet"]) == 0  # fmt: skip
+    assert main(["train", "--model", str(demo_dir), "--index", str(tmp_path / "index"), "--train-file", str(data),
+                 "--output-dir", str(tmp_path / "out"), "--max-steps", "1", "--batch-size", "1"]) == 0  # fmt: skip
+    trained = RealmForOpenQA.from_pretrained(tmp_path / "out")
+    assert trained.config.searcher_beam_size == 5
+
+
+def test_cli_train_names_the_missing_documents(demo_dir, tmp_path, capsys):
+    import shutil
+
+    from realm_hf.cli.main import main
+
+    model = tmp_path / "model"
+    shutil.copytree(demo_dir, model)
+    for records in model.glob("block_records.*"):
+        records.unlink()
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"question": "What is the capital of France?", "answers": ["Paris"]}) + "\n")
+    assert main(["train", "--model", str(model), "--train-file", str(data), "--output-dir", str(tmp_path / "out"),
+                 "--max-steps", "1"]) == 1  # fmt: skip
+    error = capsys.readouterr().err
+    assert "holds no block records" in error and "--index DIR" in error and "--documents FILE" in error

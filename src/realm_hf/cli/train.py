@@ -69,8 +69,16 @@ def _documents(args):
     if args.index is not None and (Path(args.index) / DOCUMENTS_DIR).is_dir():
         return open_corpus(args.index)
     from realm_hf import RealmRetriever
+    from realm_hf.errors import MissingFileError
 
-    return RealmRetriever.from_pretrained(args.model).block_records
+    try:
+        return RealmRetriever.from_pretrained(args.model).block_records
+    except FileNotFoundError as error:
+        # e.g. the default model, whose documents are built from installed packages and do not travel with it
+        raise MissingFileError(
+            f"{error} Name the documents the training reads: --index DIR (an index from `realm-hf index build`, with "
+            "its documents/) or --documents FILE."
+        ) from error
 
 
 def _check_length(args) -> None:
@@ -118,6 +126,7 @@ def cmd_train(args) -> int:
     import torch
 
     from realm_hf import RealmForOpenQA, RealmTokenizer
+    from realm_hf.loading import fit_beam_sizes
     from realm_hf.retrieval.pretokenized import PreTokenizedBlocks, PreTokenizedRetriever, tokenize_corpus
     from realm_hf.training import OpenQACollator, OpenQATrainer, freeze_word_embeddings
 
@@ -158,6 +167,7 @@ def cmd_train(args) -> int:
                                                       ("reader_beam_size", args.reader_beam_size)) if value}  # fmt: skip
     model = RealmForOpenQA.from_pretrained(args.model, retriever=retriever, searcher=searcher, dtype=torch.float32,
                                            **config_overrides)  # fmt: skip
+    fit_beam_sizes(model)  # an index of fewer blocks than searcher_beam_size (5000): all of them, with a warning
     if args.freeze_word_embeddings:
         freeze_word_embeddings(model)
     trainer = OpenQATrainer(
