@@ -510,3 +510,13 @@ def test_cli_pretrain_reports_a_missing_corpus(setup, tmp_path):
                              "--output-dir", str(tmp_path / "out"), "--max-steps", "1"],
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 1 and "realm-hf pretrain:" in result.stderr and "nothing" in result.stderr
+
+
+def test_parts_saved_in_fp16_load_in_fp32(setup, tmp_path):
+    # The default model ships fp16 weights, which transformers 5 loads as fp16; pretraining keeps fp32 weights (bf16 is
+    # autocast), so every part loads in fp32 whatever its checkpoint holds.
+    half = tmp_path / "half"
+    RealmEmbedder.from_pretrained(setup["root"] / "embedder").half().save_pretrained(half)
+    setup["tokenizer"].save_pretrained(half)
+    model = RealmForPretraining.from_parts(half, half, query_embedder_path=half)
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.float32}

@@ -302,13 +302,14 @@ class RealmForPretraining(RealmPreTrainedModel):
                    query_embedder_path: str | os.PathLike | None = None) -> "RealmForPretraining":  # fmt: skip
         """An embedder checkpoint (e.g. the ICT warm start's `block_embedder/`), an encoder (a
         `RealmKnowledgeAugEncoder` checkpoint, or any BERT-family checkpoint: its MLM head starts fresh if absent) and,
-        optionally, a separate question encoder (e.g. ICT's `query_embedder/`)."""
+        optionally, a separate question encoder (e.g. ICT's `query_embedder/`). Every part loads in fp32, whatever its
+        checkpoint holds (the default model ships fp16): training keeps fp32 weights, and bf16 is autocast."""
         from ..conversion.bert import realm_model_from_bert
 
-        embedder = RealmEmbedder.from_pretrained(embedder_path)
+        embedder = RealmEmbedder.from_pretrained(embedder_path, dtype=torch.float32)
         query_embedder = None
         if query_embedder_path is not None:
-            query_embedder = RealmEmbedder.from_pretrained(query_embedder_path)
+            query_embedder = RealmEmbedder.from_pretrained(query_embedder_path, dtype=torch.float32)
             mine, theirs = embedder.config, query_embedder.config
             if (mine.vocab_size, mine.retriever_proj_size) != (theirs.vocab_size, theirs.retriever_proj_size):
                 raise ValueError(f"the question encoder must share the block encoder's vocabulary and projection, got "
@@ -316,9 +317,9 @@ class RealmForPretraining(RealmPreTrainedModel):
                                  f"{mine.vocab_size} / {mine.retriever_proj_size}.")  # fmt: skip
         config_dict, _ = RealmConfig.get_config_dict(encoder_path)
         if config_dict.get("model_type") == "realm":
-            encoder = RealmKnowledgeAugEncoder.from_pretrained(encoder_path)
+            encoder = RealmKnowledgeAugEncoder.from_pretrained(encoder_path, dtype=torch.float32)
         else:
-            encoder = realm_model_from_bert(RealmKnowledgeAugEncoder, encoder_path)
+            encoder = realm_model_from_bert(RealmKnowledgeAugEncoder, encoder_path).float()
         if encoder.config.vocab_size != embedder.config.vocab_size:
             raise ValueError(f"the embedder and the encoder must share a vocabulary, got {embedder.config.vocab_size} "
                              f"and {encoder.config.vocab_size} tokens.")  # fmt: skip
