@@ -248,14 +248,12 @@ class OpenQAPipeline(Pipeline):
             question_mask = ~torch.isin(inputs["input_ids"], special)
             if "attention_mask" in inputs:
                 question_mask &= inputs["attention_mask"].bool()
-            span_mask = span_mask & ~spans_in_question(spans, inputs["input_ids"], question_mask)
             # A question whose blocks hold nothing but its own words keeps them: some answer beats none.
-            span_mask = torch.where(span_mask.flatten(1).any(-1)[:, None, None], span_mask, spans.span_mask)
+            span_mask = _unless_none_left(
+                span_mask & ~spans_in_question(spans, inputs["input_ids"], question_mask), spans.span_mask
+            )
         if exclude_unbalanced_spans:
-            unbalanced = unbalanced_spans(spans, self._bracket_ids())
-            # As above: a question whose blocks hold nothing else keeps them.
-            kept = span_mask & ~unbalanced
-            span_mask = torch.where(kept.flatten(1).any(-1)[:, None, None], kept, span_mask)
+            span_mask = _unless_none_left(span_mask & ~unbalanced_spans(spans, self._bracket_ids()), span_mask)
         logits = spans.span_logits.float().masked_fill(~span_mask, float("-inf")).view(batch_size, -1)
         if top_k > logits.shape[1]:
             logger.warning_once(
@@ -500,6 +498,19 @@ def spans_in_question(
     return by_width[..., spans.candidate_ends, widths]  # (B, R, N)
 
 
+def _unless_none_left(kept: torch.BoolTensor, fallback: torch.BoolTensor) -> torch.BoolTensor:
+    """`kept` `(B, R, N)` for each question that keeps at least one span, else its `fallback`."""
+    return torch.where(kept.flatten(1).any(-1)[:, None, None], kept, fallback)
+
+
+def _span_positions(starts: torch.Tensor, ends: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For spans `starts[...]..ends[...]` (inclusive) of a sequence of `length` tokens: the positions of their tokens,
+    `(..., W)` with `W` the widest span, clamped into the sequence, and which of those lie inside the span."""
+    width = int((ends - starts).max()) + 1 if starts.numel() else 1
+    positions = starts[..., None] + torch.arange(width, device=starts.device)
+    return positions.clamp(max=length - 1), positions <= ends[..., None]
+
+
 def unbalanced_spans(spans, bracket_ids: list[tuple[int, int]]) -> torch.BoolTensor:
     """Which candidate spans open a bracket they do not close or close one they did not open: `(B, R, N)`.
 
@@ -516,10 +527,7 @@ def unbalanced_spans(spans, bracket_ids: list[tuple[int, int]]) -> torch.BoolTen
     unbalanced = torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=reader_ids.device)
     if not bracket_ids or starts.numel() == 0:
         return unbalanced
-    width = int((ends - starts).max()) + 1
-    positions = starts[:, None] + torch.arange(width, device=reader_ids.device)  # (N, W)
-    inside = positions <= ends[:, None]
-    positions = positions.clamp(max=reader_ids.shape[-1] - 1)
+    positions, inside = _span_positions(starts, ends, reader_ids.shape[-1])  # (N, W)
     for opening, closing in bracket_ids:
         step = (reader_ids == opening).to(torch.int8) - (reader_ids == closing).to(torch.int8)  # (B, R, L)
         depth = (step[..., positions] * inside).cumsum(-1)  # (B, R, N, W): open brackets after each span token
@@ -543,13 +551,11 @@ def _answer_probabilities(probabilities, pool, spans, num_candidates: int) -> to
     device = reader_ids.device
     pool = pool.to(device)
     block, candidate = pool // num_candidates, pool % num_candidates  # (B, P)
-    starts = spans.candidate_starts.to(device)[candidate]
-    ends = spans.candidate_ends.to(device)[candidate]
-    width = int((spans.candidate_ends - spans.candidate_starts).max()) + 1 if candidate.numel() else 1
-    positions = starts[..., None] + torch.arange(width, device=device)  # (B, P, W)
-    inside = positions <= ends[..., None]
+    positions, inside = _span_positions(
+        spans.candidate_starts.to(device)[candidate], spans.candidate_ends.to(device)[candidate], reader_ids.shape[-1]
+    )  # (B, P, W)
     rows = reader_ids[torch.arange(reader_ids.shape[0], device=device)[:, None], block]  # (B, P, L)
-    words = rows.gather(-1, positions.clamp(max=reader_ids.shape[-1] - 1)).masked_fill(~inside, -1)  # (B, P, W)
+    words = rows.gather(-1, positions).masked_fill(~inside, -1)  # (B, P, W)
     pooled = torch.nan_to_num(probabilities.gather(1, pool.to(probabilities.device)), nan=0.0).to(device)
     summed = torch.empty_like(pooled)
     for row in range(words.shape[0]):  # group equal spans by sorting, not by comparing every pair: top_k may be large
