@@ -360,7 +360,7 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
     # for kinds of question no dev set has); of those, the set that then abstains on the most unanswerable dev
     # questions (ties: the lower worst held-out share).
     goal, budgets = args.max_correct_abstained, [step / 100 for step in range(1, round(100 * args.dev_budget) + 1)]
-    held_out = {}
+    held_out, fitted_by_set = {}, {}
     for name, names in FEATURE_SETS.items():
         for budget in reversed(budgets):
             rates = leave_one_group_out(features, correct, answerable, sources, names, budget,
@@ -368,7 +368,7 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
             shares = [rate["correct_abstained"] for rate in rates.values() if rate["correct_abstained"] is not None]
             if max(shares) <= goal or budget == budgets[0]:
                 break
-        fitted = fit_calibration(features, correct, names)
+        fitted = fitted_by_set[name] = fit_calibration(features, correct, names)
         _, rates_at_budget = choose_threshold(fitted.confidence(features), correct, answerable, budget, groups)
         held_out[name] = {"features": list(names), "budget": budget, "worst_correct_abstained": max(shares),
                           "mean_correct_abstained": sum(shares) / len(shares), "within_goal": max(shares) <= goal,
@@ -383,7 +383,7 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
                           -held_out[name]["worst_correct_abstained"]),
     )  # fmt: skip
     budget = held_out[chosen_features]["budget"]
-    calibration = fit_calibration(features, correct, FEATURE_SETS[chosen_features])
+    calibration = fitted_by_set[chosen_features]
     confidences = calibration.confidence(features)
     threshold, dev_rates = choose_threshold(confidences, correct, answerable, budget, groups)
     calibration.threshold = threshold
