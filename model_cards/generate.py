@@ -437,7 +437,7 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
     calibration = (sources or {}).get("calibration")
     if calibration:
         dev, test_rates = calibration["dev"], calibration["test"]
-        budget = calibration["calibration"].get("metadata", {}).get("max_correct_abstained", 0.25)
+        budget = calibration["calibration"]["metadata"]["max_correct_abstained"]
         lines += [
             "",
             "### Knowing when it does not know",
@@ -445,14 +445,9 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
             "Each answer carries a calibrated `confidence` and `abstained` (confidence below the threshold chosen on "
             f"dev: the largest that abstains on at most {_percent(budget)}% of the correctly answered dev questions of "
             "every question source"
-            + (
-                ", the budget and the features chosen by leave-one-source-out: the features that abstain on the most "
-                "unanswerable dev questions with a budget at which no held-out source loses over 25% of its right "
-                "answers"
-                if "goal_correct_abstained" in calibration["calibration"].get("metadata", {})
-                else ", on features chosen by leave-one-source-out"
-            )
-            + "); `realm-hf ask` "
+            ", the budget and the features chosen by leave-one-source-out: the features that abstain on the most "
+            "unanswerable dev questions with a budget at which no held-out source loses over 25% of its right answers"
+            "); `realm-hf ask` "
             "prints `(not sure)` before an abstained answer, which stays the best guess. Unanswerable questions are "
             "personal, future, fictional and not-in-corpus questions (`realm_hf.data.question_sources`, templates "
             "split between dev and test). Measured by `examples/evaluate_question_sources.py --fit-calibration`:",
@@ -464,10 +459,9 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
             lines.append(f"| {split} | {rates['threshold']:.3f} | {_percent(rates['unanswerable_abstained'])}% "
                          f"| {_percent(rates['correct_abstained'])}% | {_percent(rates['coverage'])}% "
                          f"| {_percent(rates['accuracy_answered'])}% |")  # fmt: skip
-        # Questions people wrote, of no source and never fitted on (`--check-questions`); older results hold one set.
-        checks = calibration.get("check") or {}
-        for rates in [checks] if "questions" in checks else checks.values():
-            label = (f"`examples/{Path(rates['questions']).name}` ({rates.get('read', '?')} questions, "
+        # Questions people wrote, of no source and never fitted on (`--check-questions`).
+        for rates in calibration.get("check", {}).values():
+            label = (f"`examples/{rates['questions']}` ({rates['read']} questions, "
                      f"EM {_percent(rates['exact_match'])})")  # fmt: skip
             lines.append(f"| {label} | {rates['threshold']:.3f} | - | {_percent(rates['correct_abstained'])}% "
                          f"| {_percent(rates['coverage'])}% | {_percent(rates['accuracy_answered'])}% |")  # fmt: skip
