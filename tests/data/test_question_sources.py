@@ -87,10 +87,67 @@ def test_wh_questions_front_the_wh_word():
     # "led by" in a clause after a comma modifies another noun, not the subject.
     assert not any("Ajatashatru" in row["question"] for row in rows)
     for row in rows:
-        assert row["source"] == "wh" and row["relation"] in ("wh_agent", "wh_definite", "wh_fronted")
+        assert row["source"] == "wh" and row["relation"] in [f"wh_{kind}" for kind in qs.WH_KINDS]
         entry = next(entry for entry in WH_ENTRIES if f"wiki:{entry['title']}" == row["gold_source"])
         assert has_answer(entry["extract"], row["answers"]), row
         assert not has_answer(row["question"], row["answers"]), row
+
+
+ACTIVE_ENTRIES = [
+    {"title": "RMS Titanic", "topic": "Technology", "description": "Ocean liner",
+     "extract": "RMS Titanic was a British ocean liner that sank in the North Atlantic Ocean on 15 April 1912."},
+    {"title": "Leon Festinger", "topic": "People", "description": "Psychologist",
+     "extract": "Leon Festinger was an American social psychologist, and author who originated the theory of "
+                "cognitive dissonance."},
+    {"title": "Caravaggio", "topic": "People", "description": "Painter",
+     "extract": "Caravaggio was an Italian painter. He began his apprenticeship in Milan in 1584."},
+    {"title": "Milan", "topic": "Geography", "description": "City in Italy", "extract": "Milan is a city in Italy."},
+    {"title": "Goldfish", "topic": "Biology", "description": "Fish",
+     "extract": "Goldfish released into the wild have become an invasive pest in 1990."},
+    {"title": "Dreyfus affair", "topic": "History", "description": "Scandal",
+     "extract": "The Dreyfus affair divided the Third French Republic from 1894 until its resolution in 1906."},
+    {"title": "Gerald Ford", "topic": "People", "description": "President",
+     "extract": "Gerald Ford received a medal from President Richard M. Nixon in 1974."},
+]  # fmt: skip
+
+
+def test_wh_questions_ask_past_tense_verbs_as_people_do():
+    rows = qs.wh_questions(ACTIVE_ENTRIES, max_per_passage=5)
+    by_answer = collections.defaultdict(set)
+    for row in rows:
+        by_answer[row["answers"][0]].add((row["relation"], row["question"]))
+        entry = next(entry for entry in ACTIVE_ENTRIES if f"wiki:{entry['title']}" == row["gold_source"])
+        assert has_answer(entry["extract"], row["answers"]), row
+        assert not has_answer(row["question"], row["answers"]), row
+    # Do-support in a relative clause on the subject: the verb back in its base form, the date asked for.
+    titanic = by_answer["15 April 1912"]
+    assert titanic & {
+        ("wh_do", f"{wh} did RMS Titanic sink in the North Atlantic Ocean?") for wh in ("When", "On what date")
+    }
+    # "who" clauses ask for the person, past a list of occupations; "that" clauses do not ask "What sank ...?".
+    assert by_answer["Leon Festinger"] == {("wh_subject", "Who originated the theory of cognitive dissonance?")}
+    assert "RMS Titanic" not in by_answer
+    # A pronoun becomes the title; both the place and the year of the clause are asked, each without the other lost.
+    assert ("wh_subject", "Who began his apprenticeship in Milan in 1584?") in by_answer["Caravaggio"]
+    assert by_answer["Milan"] == {("wh_do", "Where did Caravaggio begin his apprenticeship in 1584?")}
+    assert by_answer["1584"] & {("wh_do", f"{wh} did Caravaggio begin his apprenticeship in Milan?")
+                                for wh in ("In what year", "In which year", "When")}  # fmt: skip
+    # A participle is not a past-tense verb; a year with a second date in its clause may belong to either.
+    assert not any(row["gold_source"] == "wiki:Goldfish" for row in rows)
+    assert "1906" not in by_answer and "1894" not in by_answer
+    # A clause cut at an initial's full stop ("Richard M. Nixon") is no question.
+    assert "Gerald Ford" not in by_answer and "1974" not in by_answer
+
+
+@pytest.mark.parametrize(
+    "past, base",
+    [("sank", "sink"), ("created", "create"), ("discovered", "discover"), ("married", "marry"), ("stopped", "stop"),
+     ("formed", "form"), ("used", "use"), ("seemed", None), ("red", None)],
+)  # fmt: skip
+def test_base_form_undoes_the_past_tense_against_the_corpus_words(past, base):
+    vocabulary = collections.Counter({"create": 3, "discover": 2, "marry": 1, "stop": 4, "form": 9, "forme": 1,
+                                      "use": 5, "us": 50, "found": 7})  # fmt: skip
+    assert qs._base_form(past, vocabulary) == base
 
 
 def test_title_questions():

@@ -17,7 +17,9 @@ Sources (`"source"` of each row):
   name ([`wh_questions`]): "Casablanca is a 1942 film directed by Michael Curtiz." -> "Who directed Casablanca?",
   superlative and ordinal descriptions ("What is the most abundant organic polymer on Earth?" -> "Cellulose") and
   dates and places moved in front ("In what year was Sugar Ray Robinson inducted into the International Boxing Hall
-  of Fame?"). Agent and fronted questions, unlike title questions, are answered by a span that is not the title.
+  of Fame?"), past-tense verbs asked with do-support ("When did RMS Titanic sink in the North Atlantic Ocean?") or
+  for their subject ("Who originated the theory of cognitive dissonance?"). Agent, fronted and do-support questions,
+  unlike title questions, are answered by a span that is not the title.
 - `factbook_fields`: scalar factbook fields beyond the ten template relations (area, population, languages, religions,
   borders, climate, terrain, ...) and 2-3 paraphrases of every relation that avoid the field's own words
   ([`factbook_field_questions`]).
@@ -38,7 +40,8 @@ import json
 import os
 import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -526,7 +529,106 @@ def _fronted_questions(sentence: str, subject: str, title: str, topics: dict[str
     return questions
 
 
-def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, max_sentences: int = 4,
+# Irregular past tense -> base form, for do-support ("sank" -> "When did X sink ...?"). Regular "-ed" forms are
+# undone against the corpus's own words ([`_base_form`]).
+_IRREGULAR_PAST = {
+    "became": "become", "began": "begin", "bore": "bear", "broke": "break", "brought": "bring", "built": "build",
+    "came": "come", "caught": "catch", "chose": "choose", "drew": "draw", "drove": "drive", "fell": "fall",
+    "fought": "fight", "flew": "fly", "found": "find", "gave": "give", "grew": "grow", "held": "hold", "knew": "know",
+    "laid": "lay", "led": "lead", "left": "leave", "lost": "lose", "made": "make", "met": "meet", "overthrew":
+    "overthrow", "ran": "run", "rode": "ride", "rose": "rise", "sang": "sing", "sank": "sink", "saw": "see", "sent":
+    "send", "shot": "shoot", "sold": "sell", "spent": "spend", "spoke": "speak", "stood": "stand", "struck": "strike",
+    "swam": "swim", "taught": "teach", "took": "take", "told": "tell", "threw": "throw", "undertook": "undertake",
+    "went": "go", "won": "win", "wrote": "write", "wore": "wear",
+}  # fmt: skip
+_VERB_ADVERBS = "also|later|then|eventually|subsequently|famously|originally|ultimately|successfully"
+# The finite past-tense verb right after the subject ("Comoros proclaimed ...", "Mao Zedong later led ...").
+_PAST_VERB = re.compile(rf"\s+(?:(?:{_VERB_ADVERBS})\s+)?(?P<verb>[a-z]{{3,}}ed|{'|'.join(_IRREGULAR_PAST)})\b")
+# "<subject> was a British ocean liner that sank ...", "... was an American psychologist who originated ...": a
+# relative clause on the subject's own noun phrase (commas allowed only before "who": lists of occupations).
+_RELATIVE = re.compile(rf"\s+{_COPULA}\s+(?:a|an|the)\s+(?:[^,;()]{{0,80}}?\b(?P<which>that|which)|"
+                       r"[^;()]{0,120}?\b(?P<who>who))(?=\s)")  # fmt: skip
+# Where the verb's own clause ends: punctuation, a second verb ("... and made ..."), or a new clause.
+_CLAUSE_END = re.compile(r"[,;:()]|\.(?:\s|$)|\s+and\s+(?:[a-z]+ed|" + "|".join(_IRREGULAR_PAST) + r")\b|"
+                         r"\s+(?:while|which|who|whose|where|when|because|although|before being)\b")  # fmt: skip
+# A finite verb inside the clause means the "-ed" word was a participle ("Goldfish released into the wild have ...").
+_FINITE = re.compile(r"\b(?:is|are|was|were|has|have|had|produces|produce)\b")
+_DO_WH = {"in what year": ("In what year", "In which year", "When"), "on what date": ("On what date", "When"),
+          "where": ("Where",)}  # fmt: skip
+MAX_SUBJECT_QUESTION_WORDS = 14
+WH_KINDS = ("agent", "definite", "fronted", "do", "subject")
+
+
+def _base_form(past: str, vocabulary: Mapping[str, int]) -> str | None:
+    """ "sank" -> "sink", "created" -> "create", "discovered" -> "discover", "married" -> "marry", "stopped" ->
+    "stop": the candidate most frequent in `vocabulary` (the corpus's lower-cased word counts: "form" over the French
+    "forme"); `None` if it holds none."""
+    if past in _IRREGULAR_PAST:
+        return _IRREGULAR_PAST[past]
+    if not past.endswith("ed"):
+        return None
+    stem = past[:-2]
+    candidates = [past[:-1], stem]
+    if stem.endswith("i"):
+        candidates.append(stem[:-1] + "y")
+    if len(stem) > 2 and stem[-1] == stem[-2]:
+        candidates.append(stem[:-1])
+    candidates = [candidate for candidate in candidates if len(candidate) >= 3 and vocabulary.get(candidate, 0) > 0]
+    return max(candidates, key=lambda candidate: vocabulary[candidate], default=None)
+
+
+def _active_questions(sentence: str, subject: str, title: str, topics: dict[str, str], vocabulary: Mapping[str, int],
+                      generator: random.Random) -> list[tuple[str, str, str]]:  # fmt: skip
+    """(kind, question, answer) from a past-tense verb whose subject is the article: in the main clause ("Comoros
+    proclaimed its independence from France on 6 July 1975.") or in a relative clause on the subject ("RMS Titanic
+    was a British ocean liner that sank in the North Atlantic Ocean on 15 April 1912.").
+
+    - `subject`: the verb's clause with the subject replaced by "Who" (People articles, "who" clauses) or "What"
+      (main clauses only): "Who originated the theory of cognitive dissonance?" -> "Leon Festinger";
+    - `do`: a date or place of that clause asked with do-support, the verb back in its base form: "On what date did
+      Comoros proclaim its independence from France?" -> "6 July 1975", "When did the RMS Titanic sink in the North
+      Atlantic Ocean?" -> "15 April 1912".
+    """
+    after_subject = len(subject)
+    relative = _RELATIVE.match(sentence, after_subject)
+    verb = _PAST_VERB.match(sentence, relative.end() if relative else after_subject)
+    if verb is None:
+        return []
+    end = _CLAUSE_END.search(sentence, verb.end())
+    clause_end = end.start() if end else len(sentence)
+    clause = sentence[verb.end() : clause_end].strip()
+    if not clause or _FINITE.search(clause) or re.search(r"\b[A-Z]$", clause):
+        return []  # a participle, not a verb; or cut at an initial's full stop ("President Gerald R. Ford")
+    questions = []
+    person = topics.get(title.lower(), "") == "People" or bool(relative and relative.group("who"))
+    answer = subject.removeprefix("The ")
+    if (person or not relative) and 3 <= len(clause.split()) <= MAX_SUBJECT_QUESTION_WORDS:
+        question = f"{'Who' if person else 'What'} {verb.group('verb')} {clause}?"
+        if not _contains(_tokens(question), _tokens(answer)):
+            questions.append(("subject", question, answer))
+    base = _base_form(verb.group("verb"), vocabulary)
+    if base is None:
+        return questions
+    for start, span_end, wh, eaten, _kind in _cloze_spans(sentence, title, topics):
+        if wh not in _DO_WH or start - eaten < verb.end() or span_end > clause_end:
+            continue
+        remainder = (sentence[verb.end() : start - eaten] + sentence[span_end:clause_end]).strip()
+        remainder = re.sub(r"\s{2,}", " ", remainder)
+        if (
+            len(remainder.split()) > MAX_FRONTED_WORDS
+            or re.search(r"\band\s*$", sentence[: start - eaten])
+            or re.match(r"\s*and\b", sentence[span_end:])
+            or (wh != "where" and re.search(r"\d", remainder))
+        ):
+            continue  # a span in a coordination, or a second date the span may belong to ("from 1894 until ... 1906")
+        question = f"{generator.choice(_DO_WH[wh])} did {_in_question(subject)} {base} {remainder}".rstrip() + "?"
+        answer = sentence[start:span_end]
+        if not _contains(_tokens(question), _tokens(answer)):
+            questions.append(("do", question, answer))
+    return questions
+
+
+def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, max_sentences: int = 8,
                  seed: int = 0) -> list[dict[str, Any]]:  # fmt: skip
     """Questions with the wh-word in front, as people ask them, from summary sentences that open with the article's
     name (Lewis et al. 2019's rule-based wh-movement, for three sentence shapes):
@@ -538,17 +640,23 @@ def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, ma
       "What is the fifth planet from the Sun?" -> "Jupiter" (descriptions that start with an ordinal or superlative,
       so that one thing fits, up to a comma or a date phrase; "Who" for People articles and person nouns);
     - fronted: the date or place spans of [`cloze_questions`] moved in front of the copula: "Charlie Chaplin was
-      born in London in 1889." -> "In what year was Charlie Chaplin born in London?" -> "1889".
+      born in London in 1889." -> "In what year was Charlie Chaplin born in London?" -> "1889";
+    - subject: a past-tense verb of the article, its subject asked for: "Leonhard Euler founded the studies of graph
+      theory and topology ..." -> "Who founded the studies of graph theory and topology?" -> "Leonhard Euler";
+    - do: a date or place of that verb's clause asked with do-support, as people ask: "RMS Titanic was a British
+      ocean liner that sank in the North Atlantic Ocean on 15 April 1912." -> "When did RMS Titanic sink in the North
+      Atlantic Ocean?" -> "15 April 1912" ([`_active_questions`]).
 
-    Unlike title questions, agent and fronted questions are answered by a span other than the article's title, in the
-    article's own words; the answer is located in its passage by construction. Up to `max_per_passage` per summary,
-    agent questions first, then definite, then fronted.
+    Unlike title questions, agent, fronted and do questions are answered by a span other than the article's title, in
+    the article's own words; the answer is located in its passage by construction. Up to `max_per_passage` per
+    summary, in the order of `WH_KINDS`.
 
     Returns:
-        `list[dict]`: `{"question", "answers": [span], "relation": "wh_<agent|definite|fronted>", "source": "wh",
+        `list[dict]`: `{"question", "answers": [span], "relation": "wh_<kind>", "source": "wh",
         "country": None, "gold_source": "wiki:<title>"}`.
     """
     topics = _topics_by_title(entries)
+    vocabulary = Counter(word for entry in entries for word in re.findall(r"[a-z]+", entry["extract"].lower()))
     generator = random.Random(seed)
     rows = []
     for entry in entries:
@@ -565,8 +673,9 @@ def wh_questions(entries: Sequence[dict[str, str]], max_per_passage: int = 3, ma
             candidates += [
                 ("fronted", *pair) for pair in _fronted_questions(sentence, subject, entry["title"], topics)
             ]
+            candidates += _active_questions(sentence, subject, entry["title"], topics, vocabulary, generator)
         generator.shuffle(candidates)
-        chosen = sorted(candidates, key=lambda candidate: ("agent", "definite", "fronted").index(candidate[0]))
+        chosen = sorted(candidates, key=lambda candidate: WH_KINDS.index(candidate[0]))
         for kind, question, answer in chosen[:max_per_passage]:
             if not _contains(_tokens(entry["extract"]), _tokens(answer)):
                 continue
