@@ -101,8 +101,13 @@ def candidates(model, tokenizer, searcher, rows: list[dict], batch_size: int) ->
 
 @torch.no_grad()
 def read(open_qa, searcher, rows: list[dict], batch_size: int) -> list[dict]:
-    """The best answer of each question, with its calibration features, read from `searcher`'s blocks."""
+    """The best answer of each question, with its calibration features and the names no block holds
+    ([`unknown_names`]: the pipeline abstains on those questions whatever its confidence), read from `searcher`'s
+    blocks."""
+    from realm_hf.pipelines.open_qa import unknown_names
+
     model, tokenizer = open_qa.model, open_qa.tokenizer
+    frequencies = open_qa._document_frequencies()[0]
     model.searcher = searcher
     results = []
     for start in range(0, len(rows), batch_size):
@@ -114,7 +119,8 @@ def read(open_qa, searcher, rows: list[dict], batch_size: int) -> list[dict]:
             one = {key: value[index : index + 1] for key, value in outputs.items()}
             answer = open_qa.postprocess(one, top_k=1)
             results.append({"answer": answer["answer"], "evidence": answer["evidence"],
-                            "features": one["features"][0, 0].tolist()})  # fmt: skip
+                            "features": one["features"][0, 0].tolist(),
+                            "unknown_names": unknown_names(questions[index], frequencies)})  # fmt: skip
     return results
 
 
@@ -342,7 +348,7 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
     )
 
     def gather(rows_by_source, results_by_source):
-        features, correct, answerable, sources = [], [], [], []
+        features, correct, answerable, sources, unknown = [], [], [], [], []
         for source, rows in rows_by_source.items():
             results = results_by_source[source]
             rows = rows[: len(results)]
@@ -350,9 +356,14 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
             correct += _correct(results, rows)
             answerable += [bool(row["answers"]) for row in rows]
             sources += [source] * len(rows)
-        return torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources
+            unknown += [bool(result["unknown_names"]) for result in results]
+        return torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources, torch.tensor(unknown)
 
-    features, correct, answerable, sources = gather(dev_rows, dev_results)
+    def confidence(calibration, features, unknown):
+        # As the pipeline abstains: a question naming a word no block holds is abstained on whatever its confidence.
+        return calibration.confidence(features).masked_fill(unknown, 0.0)
+
+    features, correct, answerable, sources, unknown = gather(dev_rows, dev_results)
     groups = None if args.pooled_threshold else sources
     # Which features, and how much of each source's right answers the threshold may abstain on (the budget): for each
     # feature set, the largest budget (at most --dev-budget) at which a calibration fitted without a source abstains on
@@ -369,7 +380,8 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
             if max(shares) <= goal or budget == budgets[0]:
                 break
         fitted = fitted_by_set[name] = fit_calibration(features, correct, names)
-        _, rates_at_budget = choose_threshold(fitted.confidence(features), correct, answerable, budget, groups)
+        _, rates_at_budget = choose_threshold(confidence(fitted, features, unknown), correct, answerable, budget,
+                                              groups)  # fmt: skip
         held_out[name] = {"features": list(names), "budget": budget, "worst_correct_abstained": max(shares),
                           "mean_correct_abstained": sum(shares) / len(shares), "within_goal": max(shares) <= goal,
                           "dev_unanswerable_abstained": rates_at_budget["unanswerable_abstained"],
@@ -384,15 +396,15 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
     )  # fmt: skip
     budget = held_out[chosen_features]["budget"]
     calibration = fitted_by_set[chosen_features]
-    confidences = calibration.confidence(features)
+    confidences = confidence(calibration, features, unknown)
     threshold, dev_rates = choose_threshold(confidences, correct, answerable, budget, groups)
     calibration.threshold = threshold
     test_rows = {source: sample(read_jsonl(args.questions / f"{source}.test.jsonl"),
                                 args.max_test_per_source * (2 if source == "unanswerable" else 1), args.seed)
                  for source in SOURCES}  # fmt: skip
     test_results = {source: read(open_qa, searcher, rows, args.batch_size) for source, rows in test_rows.items()}
-    test_features, test_correct, test_answerable, test_sources = gather(test_rows, test_results)
-    test_confidences = calibration.confidence(test_features)
+    test_features, test_correct, test_answerable, test_sources, test_unknown = gather(test_rows, test_results)
+    test_confidences = confidence(calibration, test_features, test_unknown)
     test_rates = abstention_rates(test_confidences, test_correct, test_answerable, threshold)
     # Reliability: mean confidence vs share correct in five confidence bins, on test.
     bins = []
@@ -417,11 +429,11 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         check_rows = read_jsonl(path)
         check_results = read(open_qa, searcher, check_rows, args.batch_size)
         check_sets[path.stem] = gather({path.stem: check_rows}, {path.stem: check_results})
-        check_features, check_correct, check_answerable, _ = check_sets[path.stem]
+        check_features, check_correct, check_answerable, _, check_unknown = check_sets[path.stem]
         check[path.stem] = {"questions": path.name, "read": len(check_rows),
                             "exact_match": float(check_correct.double().mean()),
-                            **abstention_rates(calibration.confidence(check_features), check_correct,
-                                               check_answerable, threshold)}  # fmt: skip
+                            **abstention_rates(confidence(calibration, check_features, check_unknown),
+                                               check_correct, check_answerable, threshold)}  # fmt: skip
         logger.info("check questions (%s): %s", path.name, check[path.stem])
     calibration.metadata = {
         "fitted_on": "dev answers of the model's own searcher, all question sources (unanswerable = wrong)",
@@ -430,6 +442,9 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         "then the most unanswerable dev questions abstained",
         "dev_examples": len(features), "dev_correct": int(correct.sum()), "max_correct_abstained": budget,
         "goal_correct_abstained": goal, "dev": dev_rates, "test": test_rates, "check": check,
+        "unknown_names": "a question naming a word no block holds is abstained on whatever its confidence (rates "
+        f"include it): {int(unknown.sum())} of {len(unknown)} dev questions, {int(test_unknown.sum())} of "
+        f"{len(test_unknown)} test questions",
     }  # fmt: skip
     calibration.save(args.model)
     logger.info("calibration: threshold %.3f; dev %s; test %s", threshold, dev_rates, test_rates)
@@ -442,7 +457,7 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
                         "correct": bool(right), "answerable": bool(can)}
                        for source, row, right, can in zip(names, split_features, split_correct, split_answerable,
                                                           strict=True)]
-               for split, (split_features, split_correct, split_answerable, names) in
+               for split, (split_features, split_correct, split_answerable, names, _) in
                {"dev": (features, correct, answerable, sources),
                 "test": (test_features, test_correct, test_answerable, test_sources), **check_sets}.items()}  # fmt: skip
     return {"calibration": calibration.to_dict(), "dev": dev_rates, "test": test_rates, "test_by_source": by_source,

@@ -51,8 +51,10 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
             "end",
             "confidence",
             "abstained",
+            "unknown_names",
         }
         assert line["confidence"] is None and line["abstained"] is False  # no calibration.json: never abstains
+        assert line["unknown_names"] == []
         assert line["evidence"] == retriever.block_records[line["block_id"]].decode()
         # the answer as written in the evidence, original case included
         assert line["evidence"][line["start"] : line["end"]] == line["answer"] != ""
@@ -87,6 +89,13 @@ def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
         main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", "Who wrote Hamlet?"]) == 0
     )
     assert json.loads(capsys.readouterr().out)["abstained"] is False
+    # A name no document mentions: abstained whatever the confidence, and the text output says why.
+    question = "Who is the king of Zanzanryx?"
+    assert main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", question]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["abstained"] is True and line["unknown_names"] == ["Zanzanryx"]
+    assert main(["ask", "--model", str(directory), "--abstention-threshold", "0.4", question]) == 0
+    assert "A: (not sure) " in (out := capsys.readouterr().out) and "no document mentions 'Zanzanryx'" in out
     with pytest.raises(SystemExit):
         main(["ask", "--model", str(directory), "--abstention-threshold", "1.5", "Who wrote Hamlet?"])
     assert "expected a number between 0 and 1" in capsys.readouterr().err

@@ -27,7 +27,9 @@ QUESTIONS = [
     "What is the largest planet in the Solar System?",
     "Who was a pioneer of computer science?",
 ]
-ANSWER_KEYS = {"answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained"}
+ANSWER_KEYS = {
+    "answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained", "unknown_names"
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -551,12 +553,46 @@ def test_idf_coverage_is_computed_where_a_calibration_reads_it(tiny_open_qa):
         assert open_qa.forward(inputs, top_k=1)["features"][0, 0, last] == 1.0  # no calibration reads it: not counted
         feature = float(open_qa.forward(inputs, top_k=1, idf_coverage=True)["features"][0, 0, last])
         answer = open_qa(question, calibration=_calibration("question_idf_coverage", weight=50.0, bias=-25.0))
-        expected = idf_coverage(question, answer["evidence"], open_qa._cached_document_frequencies)
+        expected = idf_coverage(question, answer["evidence"], open_qa._document_frequencies())
         assert feature == pytest.approx(expected, abs=1e-6), question
         assert answer["confidence"] == pytest.approx(1 / (1 + math.exp(-(50.0 * expected - 25.0))), rel=1e-4)
         covered.append(expected)
-    assert open_qa._cached_document_frequencies[1] == len(open_qa.retriever.block_records)
+    assert open_qa._document_frequencies()[1] == len(open_qa.retriever.block_records)
     assert 0.0 < max(covered) and min(covered) < 1.0, covered
+
+
+def test_unknown_names_are_capitalised_question_words_no_block_holds():
+    from realm_hf.pipelines.open_qa import document_frequencies, unknown_names
+
+    counts, _ = document_frequencies(["The king of Spain is Felipe.", "Joan of Arc, the Maid of Orléans."])
+    assert unknown_names("Who is the king of Zanzanryx?", counts) == ["Zanzanryx"]
+    assert unknown_names("Who is the King of Spain?", counts) == []  # capitalised, but the corpus has it
+    assert unknown_names("Who was the Maid of Orleans?", counts) == []  # accents do not matter
+    # lower-case words, the first word, short words, numbers, stop words and repeats are not names
+    assert unknown_names("Zanzanryx rules what kingdom in 2030?", counts) == []
+    assert unknown_names("Is Zanzanryx The King of Qo and Zanzanryx?", counts) == ["Zanzanryx"]
+
+
+def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):
+    calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
+    known, unknown = "What is the capital of France?", "What is the capital of Zanzanryx?"
+    answers = open_qa([known, unknown], calibration=calibration, batch_size=2)
+    assert answers[0]["unknown_names"] == [] and answers[0]["abstained"] is False
+    assert answers[1]["unknown_names"] == ["Zanzanryx"] and answers[1]["abstained"] is True
+    # one at a time as in a batch, and the answer is still the best guess
+    alone = open_qa(unknown, calibration=calibration)
+    assert {key: value for key, value in alone.items() if key not in ("score", "confidence")} == {
+        key: value for key, value in answers[1].items() if key not in ("score", "confidence")
+    }  # scores: padded batches differ in the last bits
+    assert alone["answer"] == open_qa(unknown)["answer"]
+    assert open_qa(unknown, calibration=calibration, abstain_on_unknown_names=False)["abstained"] is False
+    assert open_qa(unknown, calibration=calibration, abstention_threshold=0.0)["abstained"] is False  # never abstains
+    # without a calibration nothing abstains, and the corpus words are not even counted
+    plain = pipeline("open-qa", model=open_qa.model, tokenizer=open_qa.tokenizer, retriever=open_qa.retriever)
+    assert plain(unknown)["unknown_names"] == [] and plain(unknown)["abstained"] is False
+    assert getattr(plain, "_cached_document_frequencies", None) is None
+    with pytest.raises(ValueError, match="abstain_on_unknown_names must be True or False"):
+        open_qa(unknown, abstain_on_unknown_names="yes")
 
 
 def test_question_coverage_counts_the_questions_content_words_found_in_the_answers_block(open_qa):

@@ -85,7 +85,8 @@ def answer_questions(
     `question`, `rank` (1 = best), `answer` (as written in the evidence), `score` (its probability among the spans of
     the blocks read), `block_id`, `title` (`None` unless the corpus has titles), `evidence` (the block text),
     `start`/`end`, the answer's character offsets in the evidence, `confidence` (calibrated, `None` for a model without
-    `calibration.json`) and `abstained` (the model does not know; `answer` is still its best guess). A question that
+    `calibration.json`), `abstained` (the model does not know; `answer` is still its best guess) and `unknown_names`
+    (the question's names that no document mentions, which alone make a calibrated model abstain). A question that
     cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its place instead, and the others
     are answered.
     """
@@ -122,6 +123,7 @@ def answer_questions(
                     "end": answer["end"],
                     "confidence": answer.get("confidence"),
                     "abstained": bool(answer.get("abstained", False)),
+                    "unknown_names": list(answer.get("unknown_names", [])),
                 }
             )
     return results
@@ -142,7 +144,9 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         confidence = result.get("confidence")
         score = f"score {result['score']:.3f}" + (f", confidence {confidence:.2f}" if confidence is not None else "")
         unsure = "(not sure) " if result.get("abstained") else ""
-        print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{result['answer']}  ({score})\n"
+        unknown = result.get("unknown_names")
+        unknown = f"   no document mentions {', '.join(repr(name) for name in unknown)}\n" if unknown else ""
+        print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{result['answer']}  ({score})\n{unknown}"
               f"   evidence [block {result['block_id']}{title}]: {result['evidence']}\n")  # fmt: skip
 
 

@@ -18,6 +18,10 @@ A span whose wordpieces all stand in the question ("Who wrote Hamlet?" -> "Hamle
 are left out before the best ones are chosen, and `score` is renormalised over the rest (`exclude_question_spans=False`
 keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracket it does not close ("The Four Seasons
 (Vivaldi"; `exclude_unbalanced_spans=False` keeps those).
+
+A model with a calibration abstains on a question that names something no block of its corpus mentions ("Who is the
+king of Zanzanryx?"): whatever it reads, the corpus cannot say ([`unknown_names`]; `abstain_on_unknown_names=False`
+turns it off).
 """
 
 import math
@@ -70,6 +74,8 @@ class OpenQAPipeline(Pipeline):
             all stand, in order, in the question (see [`spans_in_question`]); a call may override it.
         exclude_unbalanced_spans (`bool`, *optional*, defaults to `True`): leave out candidate spans whose brackets
             do not pair up (see [`unbalanced_spans`]); a call may override it.
+        abstain_on_unknown_names (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a question
+            naming a word no block holds (see [`unknown_names`]); a call may override it.
         device: where the model runs, as for every pipeline.
 
     Each answer is a dict:
@@ -84,8 +90,11 @@ class OpenQAPipeline(Pipeline):
     - `evidence` (`str`): the block text, as the reader saw it (a titled document store block starts with its title).
     - `confidence` (`float` or `None`): the calibrated probability that the answer is right, from the model's
       `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
-    - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`): the model does
-      not know; `answer` is still its best guess. Always `False` without a calibration.
+    - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`), or the question
+      names something the corpus never mentions (`unknown_names`): the model does not know; `answer` is still its best
+      guess. Always `False` without a calibration, and with a threshold of 0.
+    - `unknown_names` (`list[str]`): the question's names (capitalised words after its first) that no block of the
+      corpus holds, as written in the question; checked only with a calibration, else `[]`.
 
     A call returns one dict per question with `top_k=1`, else a list of up to `top_k` dicts, best first (fewer when
     the blocks read hold fewer spans); a list of questions gives a list of those.
@@ -159,6 +168,8 @@ class OpenQAPipeline(Pipeline):
                 `True`).
             exclude_unbalanced_spans (`bool`, *optional*): leave out answers whose brackets do not pair up (default:
                 `True`).
+            abstain_on_unknown_names (`bool`, *optional*): with a calibration, abstain where the question names a word
+                no block holds (default: `True`).
 
         Returns:
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
@@ -184,14 +195,16 @@ class OpenQAPipeline(Pipeline):
         calibration=None,
         exclude_question_spans: bool | None = None,
         exclude_unbalanced_spans: bool | None = None,
+        abstain_on_unknown_names: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         for name, value in (("exclude_question_spans", exclude_question_spans),
-                            ("exclude_unbalanced_spans", exclude_unbalanced_spans)):  # fmt: skip
+                            ("exclude_unbalanced_spans", exclude_unbalanced_spans),
+                            ("abstain_on_unknown_names", abstain_on_unknown_names)):  # fmt: skip
             if value is not None:
                 if not isinstance(value, bool):
                     raise ValueError(f"{name} must be True or False, got {value!r}.")
-                forward_params[name] = value
+                (preprocess_params if name == "abstain_on_unknown_names" else forward_params)[name] = value
         if abstention_threshold is not None:
             if (
                 isinstance(abstention_threshold, bool)
@@ -203,6 +216,7 @@ class OpenQAPipeline(Pipeline):
         if calibration is not None:
             postprocess_params["calibration"] = _as_calibration(calibration)
             forward_params["idf_coverage"] = IDF_COVERAGE in postprocess_params["calibration"].features
+            preprocess_params.setdefault("abstain_on_unknown_names", True)
         if top_k is not None:
             if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
                 raise ValueError(f"top_k must be a positive int (answers per question), got {top_k!r}.")
@@ -221,11 +235,19 @@ class OpenQAPipeline(Pipeline):
             preprocess_params["max_question_length"] = max_question_length
         return preprocess_params, forward_params, postprocess_params
 
-    def preprocess(self, question: str, max_question_length: int | None = None) -> dict[str, torch.Tensor]:
+    def preprocess(
+        self, question: str, max_question_length: int | None = None, abstain_on_unknown_names: bool | None = None
+    ) -> dict:
         _check_question(question, "the question")
         config = self.model.config
         max_length = min(max_question_length or config.searcher_seq_len, config.max_position_embeddings)
-        return dict(encode_question(self.tokenizer, question, max_length))
+        inputs = dict(encode_question(self.tokenizer, question, max_length))
+        if abstain_on_unknown_names is None:  # by default, only where the model's own calibration can abstain
+            abstain_on_unknown_names = self._calibration() is not None
+        # A list of one list: batches collate it to one list per question, and one question's inputs pass as they are.
+        inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
+                                   if abstain_on_unknown_names else []]  # fmt: skip
+        return inputs
 
     def _forward(
         self,
@@ -289,6 +311,7 @@ class OpenQAPipeline(Pipeline):
             "block_ids": spans.retrieved_block_ids[:, :num_read].to(best.device),  # (B, R)
             "reader_input_ids": spans.reader_input_ids,  # (B, R, L)
             "block_mask": spans.block_mask,  # (B, R, L)
+            "unknown_names": model_inputs.get("unknown_names", [[]] * batch_size),  # B lists of words
         }
 
     def _idf_coverage(self, question_ids: torch.Tensor, block_ids: torch.Tensor, needed: bool | None) -> torch.Tensor:
@@ -300,17 +323,21 @@ class OpenQAPipeline(Pipeline):
             needed = calibration is not None and IDF_COVERAGE in calibration.features
         if not needed:
             return torch.ones(block_ids.shape, dtype=torch.float)
-        frequencies = getattr(self, "_cached_document_frequencies", None)
-        if frequencies is None:
-            records = self.retriever.block_records
-            frequencies = self._cached_document_frequencies = document_frequencies(
-                _block_text(records[index]) for index in range(len(records))
-            )
+        frequencies = self._document_frequencies()
         questions = self.tokenizer.batch_decode(question_ids, skip_special_tokens=True)
         rows = block_ids.tolist()
         return torch.tensor([[idf_coverage(question, _block_text(self.retriever.block_records[block]), frequencies)
                               if block >= 0 else 0.0 for block in row] for question, row in zip(questions, rows)],
                             dtype=torch.float)  # fmt: skip
+
+    def _document_frequencies(self) -> tuple[Counter, int]:
+        """[`document_frequencies`] of the retriever's blocks, counted on first use (seconds for 50k blocks)."""
+        records = self.retriever.block_records
+        cached = getattr(self, "_cached_document_frequencies", None)
+        if cached is None or cached[0] is not records:  # another index may have been attached since
+            self._cached_document_frequencies = (records, document_frequencies(
+                _block_text(records[index]) for index in range(len(records))))  # fmt: skip
+        return self._cached_document_frequencies[1]
 
     def _bracket_ids(self) -> list[tuple[int, int]]:
         """`(opening, closing)` wordpiece ids of the bracket pairs the tokenizer has as tokens of their own (cached)."""
@@ -342,6 +369,9 @@ class OpenQAPipeline(Pipeline):
         calibration = calibration if calibration is not None else self._calibration()
         confidences = calibration.confidence(outputs["features"]).tolist() if calibration is not None else None
         threshold = abstention_threshold if abstention_threshold is not None else getattr(calibration, "threshold", 0)
+        names = list(outputs["unknown_names"])
+        # Only where there is a calibration to abstain with at all, and a threshold that can abstain.
+        unknown = confidences is not None and threshold > 0 and bool(names)
         block_ids = outputs["block_ids"].tolist()
         blocks = {}  # block index -> (text, character offsets of its tokens in the reader input)
         answers = []
@@ -367,7 +397,8 @@ class OpenQAPipeline(Pipeline):
                     "evidence": evidence,
                     # Without a calibration there is no confidence, and the model never abstains.
                     "confidence": None if confidences is None else float(confidences[rank]),
-                    "abstained": confidences is not None and confidences[rank] < threshold,
+                    "abstained": confidences is not None and (confidences[rank] < threshold or unknown),
+                    "unknown_names": names,
                 }
             )
         if top_k > 1:
@@ -378,7 +409,7 @@ class OpenQAPipeline(Pipeline):
         evidence = _block_text(self.retriever.block_records[block_ids[0]])
         return {"answer": "", "score": 0.0, "start": 0, "end": 0, "block_id": block_ids[0],
                 "title": self._title(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
-                else 0.0, "abstained": calibration is not None}  # fmt: skip
+                else 0.0, "abstained": calibration is not None, "unknown_names": names}  # fmt: skip
 
     def _calibration(self):
         """The model's calibration: `model.calibration` if set, else `calibration.json` beside its weights, else
@@ -580,8 +611,10 @@ _WORD = re.compile(r"\w+")
 
 def _words(text: str) -> set[str]:
     r"""Lower-cased `\w+` words without accents: the same for a block as for an uncased tokenizer's decoded question."""
-    text = unicodedata.normalize("NFD", text.lower())
-    return set(_WORD.findall("".join(character for character in text if not unicodedata.combining(character))))
+    text = text.lower()
+    if not text.isascii():  # most blocks are: decomposing them costs half the time of a whole corpus' count
+        text = "".join(c for c in unicodedata.normalize("NFD", text) if not unicodedata.combining(c))
+    return set(_WORD.findall(text))
 
 
 def document_frequencies(texts: Iterable[str]) -> tuple[Counter, int]:
@@ -591,6 +624,24 @@ def document_frequencies(texts: Iterable[str]) -> tuple[Counter, int]:
         counts.update(_words(text))
         total += 1
     return counts, total
+
+
+def unknown_names(question: str, frequencies: Counter) -> list[str]:
+    """The names a question asks about that no block holds: its capitalised words after the first (at least 3
+    letters, not a stop word), as written, whose every word (as [`_words`] splits it) has no block in `frequencies`
+    ([`document_frequencies`]).
+
+    "Who is the king of Zanzanryx?" -> ["Zanzanryx"] over an encyclopedia; a corpus that never mentions a name cannot
+    answer a question about it, however well a passage on kings reads. Lower-case words are left alone: a corpus may
+    say "written" where the question says "wrote", but a name has no other spelling. Over the default model's dev
+    questions, 3 of 3,922 answerable ones name a word their corpus lacks ("RBC", "Wessex": a description's words), and
+    48 of 138 unanswerable ones do (the fictional places)."""
+    names = []
+    for word in _WORD.findall(question)[1:]:
+        if len(word) >= 3 and word.isalpha() and word[0].isupper() and word.lower() not in STOP_WORDS:
+            if all(frequencies.get(part, 0) == 0 for part in _words(word)) and word not in names:
+                names.append(word)
+    return names
 
 
 def idf_coverage(question: str, block: str, frequencies: tuple[Counter, int]) -> float:
@@ -657,4 +708,11 @@ def _block_text(record) -> str:
     return record.decode("utf-8") if isinstance(record, bytes) else str(record)
 
 
-__all__ = ["OpenQAPipeline", "document_frequencies", "idf_coverage", "spans_in_question", "unbalanced_spans"]
+__all__ = [
+    "OpenQAPipeline",
+    "document_frequencies",
+    "idf_coverage",
+    "spans_in_question",
+    "unbalanced_spans",
+    "unknown_names",
+]
