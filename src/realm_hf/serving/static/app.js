@@ -40,8 +40,11 @@ function renderAnswer(answer) {
   head.append(element("strong", "answer-text", answer.answer || "(no answer)"));
   if (typeof answer.score === "number") head.append(element("span", "score", "score " + answer.score.toFixed(3)));
   if (answer.abstained === true) {
-    const badge = element("span", "badge low-confidence", "low confidence");
-    badge.title = "The model's confidence is below its abstention threshold: this answer may well be wrong.";
+    const names = Array.isArray(answer.unknown_names) ? answer.unknown_names : [];
+    const badge = element("span", "badge low-confidence", names.length ? "not in the documents" : "low confidence");
+    badge.title = names.length
+      ? "No document mentions " + names.join(", ") + ": this answer is a guess."
+      : "The model's confidence is below its abstention threshold: this answer may well be wrong.";
     head.append(badge);
   }
   article.append(head);
