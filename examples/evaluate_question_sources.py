@@ -458,8 +458,9 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
                        for source, row, right, can in zip(names, split_features, split_correct, split_answerable,
                                                           strict=True)]
                for split, (split_features, split_correct, split_answerable, names, _) in
-               {"dev": (features, correct, answerable, sources),
-                "test": (test_features, test_correct, test_answerable, test_sources), **check_sets}.items()}  # fmt: skip
+               {"dev": (features, correct, answerable, sources, unknown),
+                "test": (test_features, test_correct, test_answerable, test_sources, test_unknown),
+                **check_sets}.items()}  # fmt: skip
     return {"calibration": calibration.to_dict(), "dev": dev_rates, "test": test_rates, "test_by_source": by_source,
             "test_reliability": bins, "check": check, "feature_sets": held_out, "features_chosen": chosen_features,
             "accuracy_coverage": thin, "answers": answers}  # fmt: skip
