@@ -3,6 +3,7 @@ top-k, batching, truncated blocks, titles, save/reload, and errors."""
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -559,6 +560,56 @@ def test_idf_coverage_is_computed_where_a_calibration_reads_it(tiny_open_qa):
         covered.append(expected)
     assert open_qa._document_frequencies()[1] == len(open_qa.retriever.block_records)
     assert 0.0 < max(covered) and min(covered) < 1.0, covered
+
+
+def test_number_ids_are_digits_that_start_a_word_and_number_words(open_qa):
+    from realm_hf.pipelines.open_qa import NUMBER_WORDS
+
+    tokens = set(open_qa.tokenizer.get_vocab())
+    number_tokens = set(open_qa.tokenizer.convert_ids_to_tokens(open_qa._number_ids().tolist()))
+    digits = {token for token in tokens if re.fullmatch(r"\d[\d,.]*", token)}
+    assert number_tokens == digits | (tokens & NUMBER_WORDS) and {"1843", "one", "seven", "hundred"} <= number_tokens
+    # a continuation wordpiece belongs to a word that is no number ("##2" of "K2")
+    assert not any(token.startswith("##") for token in number_tokens)
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [("How many moons does Mars have?", True), ("How long is the warranty?", True), ("In which year did it sink?", True),
+     ("The treaty was signed in what year?", True), ("HOW OLD is the universe?", True), ("When did Rome fall?", False),
+     ("How did Rome fall?", False), ("Who wrote Hamlet?", False), ("What yearly festival is held in Rio?", False)],
+)  # fmt: skip
+def test_asks_for_a_number(question, asks):
+    from realm_hf.pipelines.open_qa import asks_for_a_number
+
+    assert asks_for_a_number(question) is asks
+
+
+def test_number_questions_get_an_answer_holding_a_number(open_qa):
+    from realm_hf.pipelines.open_qa import number_spans
+
+    question = "In what year did Marie Curie win the Nobel Prize?"
+    inputs = dict(open_qa.tokenizer([question], return_tensors="pt"))
+    spans = open_qa.model.score_spans(**inputs)
+    number_ids = open_qa._number_ids()
+    assert {open_qa.tokenizer.convert_ids_to_tokens(int(index)) for index in number_ids} >= {"1843", "1903", "1911"}
+    with_number = number_spans(spans, number_ids)
+    # brute force: any wordpiece of the span among the number ids
+    for (b, r, n), value in np.ndenumerate(with_number.numpy()):
+        tokens = spans.reader_input_ids[b, r, spans.candidate_starts[n] : spans.candidate_ends[n] + 1]
+        assert value == bool(torch.isin(tokens, number_ids).any()), (b, r, n)
+    assert bool((with_number & spans.span_mask).any()), "no candidate holds a number: the test checks nothing"
+
+    plain = open_qa(question, prefer_number_answers=False, top_k=10**6)
+    preferred = open_qa(question, top_k=10**6)
+    assert any(character.isdigit() for character in preferred[0]["answer"])
+    # the spans holding numbers first, then the others, each group in the plain order, every score unchanged
+    numeric = [answer for answer in plain if any(character.isdigit() for character in answer["answer"])]
+    rest = [answer for answer in plain if answer not in numeric]
+    assert preferred == numeric + rest and 0 < len(numeric) < len(plain)
+    # a question that does not ask for a number is left alone
+    other = "Who won the Nobel Prize in physics?"
+    assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_number_answers=False)
 
 
 def test_unknown_names_are_capitalised_question_words_no_block_holds():

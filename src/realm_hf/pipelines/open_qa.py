@@ -17,7 +17,9 @@ block's retrieval logit, the distribution REALM's reader loss is trained on.
 A span whose wordpieces all stand in the question ("Who wrote Hamlet?" -> "Hamlet") is never the answer: such spans
 are left out before the best ones are chosen, and `score` is renormalised over the rest (`exclude_question_spans=False`
 keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracket it does not close ("The Four Seasons
-(Vivaldi"; `exclude_unbalanced_spans=False` keeps those).
+(Vivaldi"; `exclude_unbalanced_spans=False` keeps those). A question that asks for a number ("How many ...", "How long
+...", "In what year ...") is answered with a span that holds one where the blocks read have one: such spans are ranked
+first, each with its own probability ([`number_spans`]; `prefer_number_answers=False` turns it off).
 
 A model with a calibration abstains on a question that names something no block of its corpus mentions ("Who is the
 king of Zanzanryx?"): whatever it reads, the corpus cannot say ([`unknown_names`]; `abstain_on_unknown_names=False`
@@ -76,6 +78,9 @@ class OpenQAPipeline(Pipeline):
             do not pair up (see [`unbalanced_spans`]); a call may override it.
         abstain_on_unknown_names (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a question
             naming a word no block holds (see [`unknown_names`]); a call may override it.
+        prefer_number_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for a number
+            ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), where any candidate does; a call
+            may override it.
         device: where the model runs, as for every pipeline.
 
     Each answer is a dict:
@@ -170,6 +175,8 @@ class OpenQAPipeline(Pipeline):
                 `True`).
             abstain_on_unknown_names (`bool`, *optional*): with a calibration, abstain where the question names a word
                 no block holds (default: `True`).
+            prefer_number_answers (`bool`, *optional*): answer a question asking for a number with a span holding one,
+                where any does (default: `True`).
 
         Returns:
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
@@ -196,11 +203,13 @@ class OpenQAPipeline(Pipeline):
         exclude_question_spans: bool | None = None,
         exclude_unbalanced_spans: bool | None = None,
         abstain_on_unknown_names: bool | None = None,
+        prefer_number_answers: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         for name, value in (("exclude_question_spans", exclude_question_spans),
                             ("exclude_unbalanced_spans", exclude_unbalanced_spans),
-                            ("abstain_on_unknown_names", abstain_on_unknown_names)):  # fmt: skip
+                            ("abstain_on_unknown_names", abstain_on_unknown_names),
+                            ("prefer_number_answers", prefer_number_answers)):  # fmt: skip
             if value is not None:
                 if not isinstance(value, bool):
                     raise ValueError(f"{name} must be True or False, got {value!r}.")
@@ -247,6 +256,7 @@ class OpenQAPipeline(Pipeline):
         # A list of one list: batches collate it to one list per question, and one question's inputs pass as they are.
         inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
                                    if abstain_on_unknown_names else []]  # fmt: skip
+        inputs["asks_for_a_number"] = torch.tensor([asks_for_a_number(question)])  # from the text: ids may be [UNK]
         return inputs
 
     def _forward(
@@ -256,6 +266,7 @@ class OpenQAPipeline(Pipeline):
         exclude_question_spans: bool = True,
         exclude_unbalanced_spans: bool = True,
         idf_coverage: bool | None = None,
+        prefer_number_answers: bool = True,
     ) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
         inputs = {
@@ -276,6 +287,19 @@ class OpenQAPipeline(Pipeline):
             )
         if exclude_unbalanced_spans:
             span_mask = _unless_none_left(span_mask & ~unbalanced_spans(spans, self._bracket_ids()), span_mask)
+        # Spans ranked after every other valid one, their probabilities untouched (see `number_spans`).
+        demoted = torch.zeros_like(span_mask)
+        if prefer_number_answers:
+            numeric = model_inputs.get("asks_for_a_number")
+            if numeric is None:  # called with bare tokenizer outputs: the question as its wordpieces read
+                questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
+                numeric = torch.tensor([asks_for_a_number(question) for question in questions])
+            numeric = numeric.to(span_mask.device)
+            if bool(numeric.any()):
+                with_number = number_spans(spans, self._number_ids()) & span_mask
+                # only where the question asks for a number and some valid span holds one
+                demote = numeric & with_number.flatten(1).any(-1)
+                demoted = ~with_number & demote[:, None, None]
         logits = spans.span_logits.float().masked_fill(~span_mask, float("-inf")).view(batch_size, -1)
         if top_k > logits.shape[1]:
             logger.warning_once(
@@ -285,6 +309,8 @@ class OpenQAPipeline(Pipeline):
         probabilities = logits.softmax(dim=-1)  # (B, R * N); NaN only where no span is valid, and then unused
         # A stable sort breaks ties by block, then by span (width, then start): forward's argmax order.
         order = torch.sort(logits, dim=-1, descending=True, stable=True).indices
+        # then the demoted spans after the others, each group in that order
+        order = order.gather(1, torch.sort(demoted.view(batch_size, -1).gather(1, order).int(), stable=True).indices)
         best = order[:, :top_k]  # (B, k)
         block_index, candidate = best // num_candidates, best % num_candidates
         # The answer's probability as REALM defines it: summed over every span that reads the same (the top ones).
@@ -338,6 +364,16 @@ class OpenQAPipeline(Pipeline):
             self._cached_document_frequencies = (records, document_frequencies(
                 _block_text(records[index]) for index in range(len(records))))  # fmt: skip
         return self._cached_document_frequencies[1]
+
+    def _number_ids(self) -> torch.Tensor:
+        """The wordpiece ids that write a number: digits that start a word ("1912", "12" of "12,000"; not "##2" of
+        "K2"), and the number words (cached)."""
+        ids = getattr(self, "_cached_number_ids", None)
+        if ids is None:
+            ids = [index for token, index in self.tokenizer.get_vocab().items()
+                   if _NUMBER_TOKEN.match(token) or token.lower() in NUMBER_WORDS]  # fmt: skip
+            ids = self._cached_number_ids = torch.tensor(sorted(ids), dtype=torch.long)
+        return ids
 
     def _bracket_ids(self) -> list[tuple[int, int]]:
         """`(opening, closing)` wordpiece ids of the bracket pairs the tokenizer has as tokens of their own (cached)."""
@@ -542,6 +578,51 @@ def _span_positions(starts: torch.Tensor, ends: torch.Tensor, length: int) -> tu
     return positions.clamp(max=length - 1), positions <= ends[..., None]
 
 
+NUMBER_WORDS = frozenset(
+    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen
+    eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion trillion
+    dozen""".split()
+)
+_ASKS_FOR_A_NUMBER = re.compile(
+    r"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big)|(?:what|which)\s+year)\b",
+    re.IGNORECASE,
+)
+
+
+_NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")
+
+
+def asks_for_a_number(question: str) -> bool:
+    """Whether a question asks for a number: "How many ...", "How long ...", "How old ...", "In what year ...",
+    "... in which year?". "When ..." does not ("When did the Renaissance begin?" -> "the 14th century" is right, and so
+    is "during the Middle Ages")."""
+    return bool(_ASKS_FOR_A_NUMBER.search(question))
+
+
+def number_spans(spans, number_ids: torch.Tensor) -> torch.BoolTensor:
+    """Which candidate spans hold a number, written in digits or in words: `(B, R, N)`, `True` where a wordpiece of
+    span `n` of block `r` is among `number_ids` ("1912", "30", "two" in "two-year"; not the "2" of "K2", a
+    continuation wordpiece).
+
+    A question asking for a number ("How long is the warranty?") is answered with such a span where any is a
+    candidate: a small reader often prefers the name next to the number (over a product manual, "Acme K2 kettle",
+    where "two-year" came 4th). The other spans are ranked after them, and every span keeps its probability, so the
+    confidence says how much the reader itself believes the answer.
+
+    Args:
+        spans ([`RealmForOpenQASpanScores`]): what `RealmForOpenQA.score_spans` returned.
+        number_ids (`torch.LongTensor`): the wordpiece ids that write a number.
+    """
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    starts, ends = spans.candidate_starts.to(reader_ids.device), spans.candidate_ends.to(reader_ids.device)
+    if starts.numel() == 0:
+        return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=reader_ids.device)
+    # numbers before each position, so that a span's count is a difference of two prefix sums
+    counts = torch.isin(reader_ids, number_ids.to(reader_ids.device)).long().cumsum(-1)  # (B, R, L)
+    counts = torch.nn.functional.pad(counts, (1, 0))  # counts[..., p] = numbers among positions < p
+    return (counts[..., ends + 1] - counts[..., starts]) > 0
+
+
 def unbalanced_spans(spans, bracket_ids: list[tuple[int, int]]) -> torch.BoolTensor:
     """Which candidate spans open a bracket they do not close or close one they did not open: `(B, R, N)`.
 
@@ -710,8 +791,10 @@ def _block_text(record) -> str:
 
 __all__ = [
     "OpenQAPipeline",
+    "asks_for_a_number",
     "document_frequencies",
     "idf_coverage",
+    "number_spans",
     "spans_in_question",
     "unbalanced_spans",
     "unknown_names",
