@@ -206,14 +206,14 @@ class OpenQAPipeline(Pipeline):
         prefer_number_answers: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
-        for name, value in (("exclude_question_spans", exclude_question_spans),
-                            ("exclude_unbalanced_spans", exclude_unbalanced_spans),
-                            ("abstain_on_unknown_names", abstain_on_unknown_names),
-                            ("prefer_number_answers", prefer_number_answers)):  # fmt: skip
+        for params, name, value in ((forward_params, "exclude_question_spans", exclude_question_spans),
+                                    (forward_params, "exclude_unbalanced_spans", exclude_unbalanced_spans),
+                                    (preprocess_params, "abstain_on_unknown_names", abstain_on_unknown_names),
+                                    (forward_params, "prefer_number_answers", prefer_number_answers)):  # fmt: skip
             if value is not None:
                 if not isinstance(value, bool):
                     raise ValueError(f"{name} must be True or False, got {value!r}.")
-                (preprocess_params if name == "abstain_on_unknown_names" else forward_params)[name] = value
+                params[name] = value
         if abstention_threshold is not None:
             if (
                 isinstance(abstention_threshold, bool)
@@ -287,7 +287,8 @@ class OpenQAPipeline(Pipeline):
             )
         if exclude_unbalanced_spans:
             span_mask = _unless_none_left(span_mask & ~unbalanced_spans(spans, self._bracket_ids()), span_mask)
-        # Spans ranked after every other valid one, their probabilities untouched (see `number_spans`).
+        # Spans ranked after every other valid one, their probabilities untouched (see `number_spans`). Invalid spans
+        # are demoted with them: their logit is -inf, so they stay last, where `postprocess` stops.
         demoted = torch.zeros_like(span_mask)
         if prefer_number_answers:
             numeric = model_inputs.get("asks_for_a_number")
@@ -587,9 +588,7 @@ _ASKS_FOR_A_NUMBER = re.compile(
     r"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big)|(?:what|which)\s+year)\b",
     re.IGNORECASE,
 )
-
-
-_NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")
+_NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")  # a wordpiece that starts a number: not "##2" of "K2"
 
 
 def asks_for_a_number(question: str) -> bool:
