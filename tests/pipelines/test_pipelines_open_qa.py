@@ -566,11 +566,22 @@ def test_number_ids_are_digits_that_start_a_word_and_number_words(open_qa):
     from realm_hf.pipelines.open_qa import NUMBER_WORDS
 
     tokens = set(open_qa.tokenizer.get_vocab())
-    number_tokens = set(open_qa.tokenizer.convert_ids_to_tokens(open_qa._number_ids().tolist()))
-    digits = {token for token in tokens if re.fullmatch(r"\d[\d,.]*", token)}
-    assert number_tokens == digits | (tokens & NUMBER_WORDS) and {"1843", "one", "seven", "hundred"} <= number_tokens
-    # a continuation wordpiece belongs to a word that is no number ("##2" of "K2")
-    assert not any(token.startswith("##") for token in number_tokens)
+    digit_ids, word_ids, continuation_ids = (set(open_qa.tokenizer.convert_ids_to_tokens(ids.tolist()))
+                                             for ids in open_qa._number_ids())  # fmt: skip
+    assert digit_ids == {token for token in tokens if re.fullmatch(r"\d[\d,.]*", token)} and "1843" in digit_ids
+    assert word_ids == tokens & NUMBER_WORDS and {"one", "seven", "hundred"} <= word_ids
+    assert continuation_ids == {token for token in tokens if token.startswith("##")}
+
+
+def test_number_spans_read_whole_words():
+    from realm_hf.pipelines.open_qa import number_spans
+
+    # wordpieces: 0 "ten", 1 "##uous", 2 "two", 3 "-", 4 "year", 5 "k", 6 "##2", 7 "1912"
+    digit_ids, word_ids, continuation_ids = torch.tensor([7]), torch.tensor([0, 2]), torch.tensor([1, 6])
+    spans = SimpleNamespace(reader_input_ids=torch.tensor([[[0, 1, 4, 2, 3, 4, 5, 6, 4, 7]]]),
+                            candidate_starts=torch.tensor([0, 0, 3, 6, 9]), candidate_ends=torch.tensor([1, 2, 5, 8, 9]))  # fmt: skip
+    # "tenuous", "tenuous year", "two-year", "K2 year", "1912"
+    assert number_spans(spans, digit_ids, word_ids, continuation_ids).tolist() == [[[False, False, True, False, True]]]
 
 
 @pytest.mark.parametrize(
@@ -591,13 +602,16 @@ def test_number_questions_get_an_answer_holding_a_number(open_qa):
     question = "In what year did Marie Curie win the Nobel Prize?"
     inputs = dict(open_qa.tokenizer([question], return_tensors="pt"))
     spans = open_qa.model.score_spans(**inputs)
-    number_ids = open_qa._number_ids()
-    assert {open_qa.tokenizer.convert_ids_to_tokens(int(index)) for index in number_ids} >= {"1843", "1903", "1911"}
-    with_number = number_spans(spans, number_ids)
-    # brute force: any wordpiece of the span among the number ids
+    digit_ids, word_ids, continuation_ids = open_qa._number_ids()
+    assert {open_qa.tokenizer.convert_ids_to_tokens(int(index)) for index in digit_ids} >= {"1843", "1903", "1911"}
+    with_number = number_spans(spans, digit_ids, word_ids, continuation_ids)
+    # brute force: a wordpiece of the span among the digits, or a number word the next wordpiece does not continue
+    digits, words, continuations = (set(ids.tolist()) for ids in (digit_ids, word_ids, continuation_ids))
     for (b, r, n), value in np.ndenumerate(with_number.numpy()):
-        tokens = spans.reader_input_ids[b, r, spans.candidate_starts[n] : spans.candidate_ends[n] + 1]
-        assert value == bool(torch.isin(tokens, number_ids).any()), (b, r, n)
+        row = spans.reader_input_ids[b, r].tolist()
+        expected = any(row[p] in digits or (row[p] in words and (p + 1 == len(row) or row[p + 1] not in continuations))
+                       for p in range(int(spans.candidate_starts[n]), int(spans.candidate_ends[n]) + 1))  # fmt: skip
+        assert value == expected, (b, r, n)
     assert bool((with_number & spans.span_mask).any()), "no candidate holds a number: the test checks nothing"
 
     plain = open_qa(question, prefer_number_answers=False, top_k=10**6)

@@ -297,7 +297,7 @@ class OpenQAPipeline(Pipeline):
                 numeric = torch.tensor([asks_for_a_number(question) for question in questions])
             numeric = numeric.to(span_mask.device)
             if bool(numeric.any()):
-                with_number = number_spans(spans, self._number_ids()) & span_mask
+                with_number = number_spans(spans, *self._number_ids()) & span_mask
                 # only where the question asks for a number and some valid span holds one
                 demote = numeric & with_number.flatten(1).any(-1)
                 demoted = ~with_number & demote[:, None, None]
@@ -366,14 +366,17 @@ class OpenQAPipeline(Pipeline):
                 _block_text(records[index]) for index in range(len(records))))  # fmt: skip
         return self._cached_document_frequencies[1]
 
-    def _number_ids(self) -> torch.Tensor:
-        """The wordpiece ids that write a number: digits that start a word ("1912", "12" of "12,000"; not "##2" of
-        "K2"), and the number words (cached)."""
+    def _number_ids(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The [`number_spans`] wordpiece ids (cached): digits that start a word ("1912", "12" of "12,000"; not "##2" of
+        "K2"), the number words ("ten"), and the continuation wordpieces ("##uous", which makes "ten" "tenuous")."""
         ids = getattr(self, "_cached_number_ids", None)
         if ids is None:
-            ids = [index for token, index in self.tokenizer.get_vocab().items()
-                   if _NUMBER_TOKEN.match(token) or token.lower() in NUMBER_WORDS]  # fmt: skip
-            ids = self._cached_number_ids = torch.tensor(sorted(ids), dtype=torch.long)
+            vocab = self.tokenizer.get_vocab().items()
+            ids = self._cached_number_ids = tuple(torch.tensor(sorted(found), dtype=torch.long) for found in (
+                [index for token, index in vocab if _NUMBER_TOKEN.match(token)],
+                [index for token, index in vocab if token.lower() in NUMBER_WORDS],
+                [index for token, index in vocab if token.startswith("##")],
+            ))  # fmt: skip
         return ids
 
     def _bracket_ids(self) -> list[tuple[int, int]]:
@@ -598,10 +601,12 @@ def asks_for_a_number(question: str) -> bool:
     return bool(_ASKS_FOR_A_NUMBER.search(question))
 
 
-def number_spans(spans, number_ids: torch.Tensor) -> torch.BoolTensor:
+def number_spans(
+    spans, digit_ids: torch.Tensor, word_ids: torch.Tensor, continuation_ids: torch.Tensor
+) -> torch.BoolTensor:
     """Which candidate spans hold a number, written in digits or in words: `(B, R, N)`, `True` where a wordpiece of
-    span `n` of block `r` is among `number_ids` ("1912", "30", "two" in "two-year"; not the "2" of "K2", a
-    continuation wordpiece).
+    span `n` of block `r` is among `digit_ids` ("1912", "30"; not the "2" of "K2", a continuation wordpiece), or among
+    `word_ids` and not followed by one of `continuation_ids` (the "two" of "two-year"; not the "ten" of "tenuous").
 
     A question asking for a number ("How long is the warranty?") is answered with such a span where any is a
     candidate: a small reader often prefers the name next to the number (over a product manual, "Acme K2 kettle",
@@ -610,14 +615,19 @@ def number_spans(spans, number_ids: torch.Tensor) -> torch.BoolTensor:
 
     Args:
         spans ([`RealmForOpenQASpanScores`]): what `RealmForOpenQA.score_spans` returned.
-        number_ids (`torch.LongTensor`): the wordpiece ids that write a number.
+        digit_ids (`torch.LongTensor`): the wordpieces of digits that start a word.
+        word_ids (`torch.LongTensor`): the number words.
+        continuation_ids (`torch.LongTensor`): the wordpieces that continue a word ("##...").
     """
     reader_ids = spans.reader_input_ids  # (B, R, L)
-    starts, ends = spans.candidate_starts.to(reader_ids.device), spans.candidate_ends.to(reader_ids.device)
+    device = reader_ids.device
+    starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
     if starts.numel() == 0:
-        return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=reader_ids.device)
+        return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
+    continued = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], continuation_ids.to(device)), (0, 1))
+    numbers = torch.isin(reader_ids, digit_ids.to(device)) | (torch.isin(reader_ids, word_ids.to(device)) & ~continued)
     # numbers before each position, so that a span's count is a difference of two prefix sums
-    counts = torch.isin(reader_ids, number_ids.to(reader_ids.device)).long().cumsum(-1)  # (B, R, L)
+    counts = numbers.long().cumsum(-1)  # (B, R, L)
     counts = torch.nn.functional.pad(counts, (1, 0))  # counts[..., p] = numbers among positions < p
     return (counts[..., ends + 1] - counts[..., starts]) > 0
 
