@@ -7,6 +7,7 @@ uploads run in subprocesses pointed at the fake Hub; the checks that fail before
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_hub import FakeHub
+from fake_hub import FakeHub, FakeRepo
 
 from realm_hf import RealmForOpenQA
 from realm_hf.cli.main import main
@@ -298,3 +299,48 @@ def test_fake_hub_logs_unknown_requests_and_stops_itself():
         time.sleep(1.5)  # past its lifetime: the server has shut itself down
         with pytest.raises(OSError):
             http.client.HTTPConnection(host, int(port), timeout=2).request("GET", "/")
+
+
+CHECK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from realm_hf.checkpoints import check_hub_model
+    from realm_hf.errors import ModelLoadError
+
+    found = {}
+    for name in sys.argv[1:]:
+        try:
+            check_hub_model(name)
+            found[name] = "ok"
+        except ModelLoadError as error:
+            found[name] = str(error)
+    print(json.dumps(found))
+    """
+)
+
+
+def test_a_model_name_the_hub_cannot_have_is_refused_at_once_saying_why(tmp_path):
+    """`check_hub_model` (run before `realm-hf ask`/`index build` and `load_open_qa` read anything): one request per
+    name, and the message says whether the repo is missing, holds no model, or the Hub is unreachable."""
+    with FakeHub(lifetime_s=120) as hub:
+        hub.repos["user/model"] = FakeRepo("user/model", None, files={"config.json": b"{}"})
+        hub.repos["user/data-only"] = FakeRepo("user/data-only", None, files={"data.txt": b"x"})
+        env = _hub_env(hub, tmp_path / "home")
+        run = subprocess.run([sys.executable, "-c", CHECK_SCRIPT, "user/model", "user/data-only", "user/missing"],
+                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout.splitlines()[-1])
+    assert found["user/model"] == "ok"
+    assert "'user/data-only' has no config.json: it holds no Transformers model" in found["user/data-only"]
+    assert "'user/missing' is neither a directory here" in found["user/missing"]
+    assert "or the repo is private" in found["user/missing"]
+    assert "Retrying" not in run.stderr
+
+    with socket.socket() as sock:  # a port nothing listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    env["HF_ENDPOINT"] = closed
+    run = subprocess.run([sys.executable, "-c", CHECK_SCRIPT, "user/model"], env=env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert "the Hub could not be reached" in json.loads(run.stdout.splitlines()[-1])["user/model"], run.stderr[-2000:]
+    assert "Retrying" not in run.stderr  # huggingface_hub's own retries take 23 s per file

@@ -280,3 +280,11 @@ def test_an_index_smaller_than_the_beam_is_read_whole(demo_dir, tmp_path, monkey
     # The pipeline built from a directory caps them too.
     qa = pipeline("open-qa", model=str(demo_dir), index=str(tmp_path / "small"), device="cpu")
     assert qa.model.config.reader_beam_size == 3 and 0 <= qa(QUESTIONS[0])["block_id"] < 3
+
+
+def test_a_repo_id_not_in_the_offline_cache_is_refused_before_anything_is_read():
+    from realm_hf.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="'nobody/no-such-model' is neither a directory here .* nor a Hub repo in "
+                                             "the Hub cache \\(offline"):  # fmt: skip
+        load_open_qa("nobody/no-such-model")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from transformers.utils import logging
 
-from .checkpoints import HUB_KWARGS
+from .checkpoints import HUB_KWARGS, check_hub_model
 from .modeling import RealmForOpenQA
 from .precision import compute_in_float32
 
@@ -271,6 +271,8 @@ def load_open_qa(
             raise ValueError("no model given and the default model is not installed (models/realm-minilm-factbook, "
                              "or $REALM_HF_DEFAULT_MODEL): pass a model directory or Hub repo id.")  # fmt: skip
     hub_kwargs = _hub_kwargs(kwargs)
+    if _local_directory(name_or_path, hub_kwargs) is None:
+        check_hub_model(str(name_or_path), hub_kwargs)
     if retriever is None:
         found = find_retrieval(name_or_path, index, searcher=searcher, pretokenized=pretokenized, **hub_kwargs)
         retriever, searcher = found.retriever, found.searcher

@@ -28,7 +28,8 @@ class RealmHfArgumentParser(argparse.ArgumentParser):
 def model_location(value: str) -> str:
     """`value` if it can name a model: an existing directory, or something shaped like a Hub repo id (`name` or
     `owner/name`). A path that does not exist raises `MissingFileError` naming it, rather than the Hub client's
-    "Repo id must be in the form ..."."""
+    "Repo id must be in the form ..."; a repo id neither in the Hub cache nor on a reachable Hub raises
+    `ModelLoadError` saying which."""
     from realm_hf.errors import MissingFileError
 
     if os.path.exists(value):
@@ -39,6 +40,13 @@ def model_location(value: str) -> str:
     looks_like_path = os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value
     if looks_like_path:
         raise MissingFileError(f"--model {value!r}: no such directory (expected a model directory or a Hub repo id)")
+    from realm_hf.checkpoints import check_hub_model
+    from realm_hf.errors import ModelLoadError
+
+    try:
+        check_hub_model(value)  # says at once when the Hub cannot have it, before any file is read
+    except ModelLoadError as error:
+        raise ModelLoadError(f"--model {error}") from None
     return value
 
 
