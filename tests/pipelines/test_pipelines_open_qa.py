@@ -566,11 +566,13 @@ def test_number_ids_are_digits_that_start_a_word_and_number_words(open_qa):
     from realm_hf.pipelines.open_qa import NUMBER_WORDS
 
     tokens = set(open_qa.tokenizer.get_vocab())
-    digit_ids, word_ids, continuation_ids = (set(open_qa.tokenizer.convert_ids_to_tokens(ids.tolist()))
-                                             for ids in open_qa._number_ids())  # fmt: skip
+    digit_ids, word_ids, continuation_ids, digit_continuation_ids = (
+        set(open_qa.tokenizer.convert_ids_to_tokens(ids.tolist())) for ids in open_qa._number_ids()
+    )
     assert digit_ids == {token for token in tokens if re.fullmatch(r"\d[\d,.]*", token)} and "1843" in digit_ids
     assert word_ids == tokens & NUMBER_WORDS and {"one", "seven", "hundred"} <= word_ids
     assert continuation_ids == {token for token in tokens if token.startswith("##")}
+    assert digit_continuation_ids == {token for token in tokens if re.fullmatch(r"##\d+", token)}
 
 
 def test_number_spans_read_whole_words():
@@ -582,6 +584,33 @@ def test_number_spans_read_whole_words():
                             candidate_starts=torch.tensor([0, 0, 3, 6, 9]), candidate_ends=torch.tensor([1, 2, 5, 8, 9]))  # fmt: skip
     # "tenuous", "tenuous year", "two-year", "K2 year", "1912"
     assert number_spans(spans, digit_ids, word_ids, continuation_ids).tolist() == [[[False, False, True, False, True]]]
+
+
+def test_whole_number_spans_are_one_number_and_nothing_else():
+    from realm_hf.pipelines.open_qa import whole_number_spans
+
+    # wordpieces: 0 "149", 1 "##2", 2 "15", 3 "april", 4 "1912", 5 "k", 6 "##2", 7 "##a"
+    digit_ids, digit_continuation_ids = torch.tensor([0, 2, 4]), torch.tensor([1, 6])
+    continuation_ids = torch.tensor([1, 6, 7])
+    spans = SimpleNamespace(reader_input_ids=torch.tensor([[[0, 1, 2, 3, 4, 5, 6, 0, 7]]]),
+                            candidate_starts=torch.tensor([0, 0, 2, 4, 4, 5, 7]),
+                            candidate_ends=torch.tensor([1, 0, 4, 4, 5, 6, 7]))  # fmt: skip
+    # "1492", "149" (of "1492"), "15 april 1912", "1912", "1912 k", "k2", "149" (of "149a")
+    assert whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids).tolist() == [
+        [[True, False, False, True, False, False, False]]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("question", "year"),
+    [("In which year did the Titanic sink?", True), ("The treaty was signed in what year?", True),
+     ("How many moons does Mars have?", False), ("When did Rome fall?", False), ("What yearly festival?", False)],
+)  # fmt: skip
+def test_asks_for_a_year(question, year):
+    from realm_hf.pipelines.open_qa import asks_for_a_number, asks_for_a_year
+
+    assert asks_for_a_year(question) is year
+    assert not year or asks_for_a_number(question)  # a year question is a number question
 
 
 @pytest.mark.parametrize(
@@ -599,10 +628,10 @@ def test_asks_for_a_number(question, asks):
 def test_number_questions_get_an_answer_holding_a_number(open_qa):
     from realm_hf.pipelines.open_qa import number_spans
 
-    question = "In what year did Marie Curie win the Nobel Prize?"
+    question = "How many years after 1900 did Marie Curie win the Nobel Prize?"
     inputs = dict(open_qa.tokenizer([question], return_tensors="pt"))
     spans = open_qa.model.score_spans(**inputs)
-    digit_ids, word_ids, continuation_ids = open_qa._number_ids()
+    digit_ids, word_ids, continuation_ids, _ = open_qa._number_ids()
     assert {open_qa.tokenizer.convert_ids_to_tokens(int(index)) for index in digit_ids} >= {"1843", "1903", "1911"}
     with_number = number_spans(spans, digit_ids, word_ids, continuation_ids)
     # brute force: a wordpiece of the span among the digits, or a number word the next wordpiece does not continue
@@ -621,6 +650,12 @@ def test_number_questions_get_an_answer_holding_a_number(open_qa):
     numeric = [answer for answer in plain if any(character.isdigit() for character in answer["answer"])]
     rest = [answer for answer in plain if answer not in numeric]
     assert preferred == numeric + rest and 0 < len(numeric) < len(plain)
+    # a year question: the spans that are one number first ("1903", not "1903 nobel prize")
+    year = "In what year did Marie Curie win the Nobel Prize?"
+    plain, preferred = open_qa(year, prefer_number_answers=False, top_k=10**6), open_qa(year, top_k=10**6)
+    whole = [answer for answer in plain if re.fullmatch(r"\d+", answer["answer"])]
+    holding = [answer for answer in plain if any(character.isdigit() for character in answer["answer"])]
+    assert 0 < len(whole) < len(holding) and preferred == whole + [answer for answer in plain if answer not in whole]
     # a question that does not ask for a number is left alone
     other = "Who won the Nobel Prize in physics?"
     assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_number_answers=False)

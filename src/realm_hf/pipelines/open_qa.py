@@ -18,8 +18,9 @@ A span whose wordpieces all stand in the question ("Who wrote Hamlet?" -> "Hamle
 are left out before the best ones are chosen, and `score` is renormalised over the rest (`exclude_question_spans=False`
 keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracket it does not close ("The Four Seasons
 (Vivaldi"; `exclude_unbalanced_spans=False` keeps those). A question that asks for a number ("How many ...", "How long
-...", "In what year ...") is answered with a span that holds one where the blocks read have one: such spans are ranked
-first, each with its own probability ([`number_spans`]; `prefer_number_answers=False` turns it off).
+...", "In what year ...") is answered with a span that holds one where the blocks read have one, and a year with a span
+that is one number ("1912", not "15 April 1912"): such spans are ranked first, each with its own probability
+([`number_spans`], [`whole_number_spans`]; `prefer_number_answers=False` turns it off).
 
 A model with a calibration abstains on a question that names something no block of its corpus mentions ("Who is the
 king of Zanzanryx?"): whatever it reads, the corpus cannot say ([`unknown_names`]; `abstain_on_unknown_names=False`
@@ -79,8 +80,8 @@ class OpenQAPipeline(Pipeline):
         abstain_on_unknown_names (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a question
             naming a word no block holds (see [`unknown_names`]); a call may override it.
         prefer_number_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for a number
-            ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), where any candidate does; a call
-            may override it.
+            ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), and a year with a span that is one
+            number ([`whole_number_spans`]), where any candidate is; a call may override it.
         device: where the model runs, as for every pipeline.
 
     Each answer is a dict:
@@ -257,6 +258,7 @@ class OpenQAPipeline(Pipeline):
         inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
                                    if abstain_on_unknown_names else []]  # fmt: skip
         inputs["asks_for_a_number"] = torch.tensor([asks_for_a_number(question)])  # from the text: ids may be [UNK]
+        inputs["asks_for_a_year"] = torch.tensor([asks_for_a_year(question)])
         return inputs
 
     def _forward(
@@ -291,13 +293,19 @@ class OpenQAPipeline(Pipeline):
         # are demoted with them: their logit is -inf, so they stay last, where `postprocess` stops.
         demoted = torch.zeros_like(span_mask)
         if prefer_number_answers:
-            numeric = model_inputs.get("asks_for_a_number")
-            if numeric is None:  # called with bare tokenizer outputs: the question as its wordpieces read
+            numeric, yearly = model_inputs.get("asks_for_a_number"), model_inputs.get("asks_for_a_year")
+            if numeric is None or yearly is None:  # called with bare tokenizer outputs: the question as its wordpieces read
                 questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
                 numeric = torch.tensor([asks_for_a_number(question) for question in questions])
-            numeric = numeric.to(span_mask.device)
+                yearly = torch.tensor([asks_for_a_year(question) for question in questions])
+            numeric, yearly = numeric.to(span_mask.device), yearly.to(span_mask.device)
             if bool(numeric.any()):
-                with_number = number_spans(spans, *self._number_ids()) & span_mask
+                digit_ids, word_ids, continuation_ids, digit_continuation_ids = self._number_ids()
+                with_number = number_spans(spans, digit_ids, word_ids, continuation_ids) & span_mask
+                if bool(yearly.any()):  # a year is one number: where some span is one, the others holding one are not
+                    whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
+                    keep_whole = yearly & whole.flatten(1).any(-1)
+                    with_number = torch.where(keep_whole[:, None, None], whole, with_number)
                 # only where the question asks for a number and some valid span holds one
                 demote = numeric & with_number.flatten(1).any(-1)
                 demoted = ~with_number & demote[:, None, None]
@@ -366,9 +374,10 @@ class OpenQAPipeline(Pipeline):
                 _block_text(records[index]) for index in range(len(records))))  # fmt: skip
         return self._cached_document_frequencies[1]
 
-    def _number_ids(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The [`number_spans`] wordpiece ids (cached): digits that start a word ("1912", "12" of "12,000"; not "##2" of
-        "K2"), the number words ("ten"), and the continuation wordpieces ("##uous", which makes "ten" "tenuous")."""
+    def _number_ids(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The [`number_spans`] and [`whole_number_spans`] wordpiece ids (cached): digits that start a word ("1912",
+        "12" of "12,000"; not "##2" of "K2"), the number words ("ten"), the continuation wordpieces ("##uous", which
+        makes "ten" "tenuous"), and those of them made of digits ("##2" of "1492")."""
         ids = getattr(self, "_cached_number_ids", None)
         if ids is None:
             vocab = self.tokenizer.get_vocab().items()
@@ -376,6 +385,7 @@ class OpenQAPipeline(Pipeline):
                 [index for token, index in vocab if _NUMBER_TOKEN.match(token)],
                 [index for token, index in vocab if token.lower() in NUMBER_WORDS],
                 [index for token, index in vocab if token.startswith("##")],
+                [index for token, index in vocab if _DIGITS_CONTINUED.match(token)],
             ))  # fmt: skip
         return ids
 
@@ -592,6 +602,8 @@ _ASKS_FOR_A_NUMBER = re.compile(
     re.IGNORECASE,
 )
 _NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")  # a wordpiece that starts a number: not "##2" of "K2"
+_DIGITS_CONTINUED = re.compile(r"^##\d+$")  # the "##2" of "1492" (wordpieces "149", "##2")
+_ASKS_FOR_A_YEAR = re.compile(r"\b(?:what|which)\s+year\b", re.IGNORECASE)
 
 
 def asks_for_a_number(question: str) -> bool:
@@ -599,6 +611,12 @@ def asks_for_a_number(question: str) -> bool:
     "... in which year?". "When ..." does not ("When did the Renaissance begin?" -> "the 14th century" is right, and so
     is "during the Middle Ages")."""
     return bool(_ASKS_FOR_A_NUMBER.search(question))
+
+
+def asks_for_a_year(question: str) -> bool:
+    """Whether a question asks for a year ("In what year ...", "... in which year?"): its answer is one number, not a
+    date or a phrase holding one (see [`whole_number_spans`])."""
+    return bool(_ASKS_FOR_A_YEAR.search(question))
 
 
 def number_spans(
@@ -630,6 +648,35 @@ def number_spans(
     counts = numbers.long().cumsum(-1)  # (B, R, L)
     counts = torch.nn.functional.pad(counts, (1, 0))  # counts[..., p] = numbers among positions < p
     return (counts[..., ends + 1] - counts[..., starts]) > 0
+
+
+def whole_number_spans(
+    spans, digit_ids: torch.Tensor, digit_continuation_ids: torch.Tensor, continuation_ids: torch.Tensor
+) -> torch.BoolTensor:
+    """Which candidate spans are one number in digits and nothing else: `(B, R, N)`, `True` where span `n` of block
+    `r` starts with one of `digit_ids` ("1912", "149"), goes on only with `digit_continuation_ids` (the "##2" of
+    "1492") and is not followed by another continuation wordpiece (not the "149" of "1492").
+
+    A question asking for a year is answered with such a span where any is a candidate ("In which year did the Titanic
+    sink?" -> "1912", not "15 April 1912", which holds a number too); see [`number_spans`] for the ranking.
+
+    Args:
+        spans ([`RealmForOpenQASpanScores`]): what `RealmForOpenQA.score_spans` returned.
+        digit_ids (`torch.LongTensor`): the wordpieces of digits that start a word.
+        digit_continuation_ids (`torch.LongTensor`): the continuation wordpieces made of digits ("##2").
+        continuation_ids (`torch.LongTensor`): every continuation wordpiece ("##...").
+    """
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    device = reader_ids.device
+    starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
+    if starts.numel() == 0:
+        return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
+    first = torch.isin(reader_ids, digit_ids.to(device))[..., starts]  # (B, R, N)
+    # digit continuations before each position: the span's are a difference of two prefix sums
+    digits = torch.nn.functional.pad(torch.isin(reader_ids, digit_continuation_ids.to(device)).long().cumsum(-1), (1, 0))
+    rest = (digits[..., ends + 1] - digits[..., starts + 1]) == (ends - starts)
+    continued = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], continuation_ids.to(device)), (0, 1))
+    return first & rest & ~continued[..., ends]
 
 
 def unbalanced_spans(spans, bracket_ids: list[tuple[int, int]]) -> torch.BoolTensor:
@@ -801,10 +848,12 @@ def _block_text(record) -> str:
 __all__ = [
     "OpenQAPipeline",
     "asks_for_a_number",
+    "asks_for_a_year",
     "document_frequencies",
     "idf_coverage",
     "number_spans",
     "spans_in_question",
     "unbalanced_spans",
     "unknown_names",
+    "whole_number_spans",
 ]
