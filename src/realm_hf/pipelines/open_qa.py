@@ -294,7 +294,7 @@ class OpenQAPipeline(Pipeline):
         demoted = torch.zeros_like(span_mask)
         if prefer_number_answers:
             numeric, yearly = model_inputs.get("asks_for_a_number"), model_inputs.get("asks_for_a_year")
-            if numeric is None or yearly is None:  # called with bare tokenizer outputs: the question as its wordpieces read
+            if numeric is None or yearly is None:  # bare tokenizer outputs: the question as its wordpieces read
                 questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
                 numeric = torch.tensor([asks_for_a_number(question) for question in questions])
                 yearly = torch.tensor([asks_for_a_year(question) for question in questions])
@@ -673,7 +673,8 @@ def whole_number_spans(
         return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
     first = torch.isin(reader_ids, digit_ids.to(device))[..., starts]  # (B, R, N)
     # digit continuations before each position: the span's are a difference of two prefix sums
-    digits = torch.nn.functional.pad(torch.isin(reader_ids, digit_continuation_ids.to(device)).long().cumsum(-1), (1, 0))
+    digits = torch.isin(reader_ids, digit_continuation_ids.to(device)).long().cumsum(-1)
+    digits = torch.nn.functional.pad(digits, (1, 0))  # digits[..., p] = digit continuations among positions < p
     rest = (digits[..., ends + 1] - digits[..., starts + 1]) == (ends - starts)
     continued = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], continuation_ids.to(device)), (0, 1))
     return first & rest & ~continued[..., ends]
