@@ -330,3 +330,33 @@ def test_truncated_pytorch_bin_is_named(tmp_path):
         ValueError, match=r"pytorch_model.bin is not a complete PyTorch checkpoint: .* found \d+ bytes"
     ):
         RealmReader.from_pretrained(tmp_path)
+
+
+def test_reader_projection_scores_only_evidence_spans_exactly_as_all_spans():
+    """The projection scores the spans inside the evidence only; logits and gradients equal scoring every span and
+    masking the others to the most negative float (transformers 4.x's way)."""
+    from realm_hf.modeling.modeling_realm import RealmReaderProjection, mask_to_score, span_candidates
+
+    torch.manual_seed(0)
+    config = tiny_config(span_hidden_size=16, max_span_width=3)
+    projection = RealmReaderProjection(config)
+    block_mask = torch.zeros(2, 3, 12, dtype=torch.long)
+    block_mask[0, 0, 4:9] = block_mask[0, 2, 3:12] = block_mask[1, 1, 5:6] = 1  # (0, 1) and (1, 0), (1, 2): none
+    states = torch.randn(2, 3, 12, config.hidden_size, requires_grad=True)
+    logits, starts, ends = projection(states, block_mask)
+
+    reference_states = states.detach().clone().requires_grad_()
+    all_starts, all_ends = span_candidates(12, 3)
+    start, end = projection.dense_intermediate(reference_states).chunk(2, dim=-1)
+    hidden = projection.layer_normalization(projection.relu(start[..., all_starts, :] + end[..., all_ends, :]))
+    mask = block_mask[..., all_starts] * block_mask[..., all_ends]
+    reference = projection.dense_output(hidden).squeeze(-1) + mask_to_score(mask)
+
+    assert torch.equal(starts, all_starts) and torch.equal(ends, all_ends)
+    assert logits.shape == reference.shape == (2, 3, len(all_starts))
+    assert torch.equal(logits == torch.finfo(torch.float32).min, mask == 0)
+    torch.testing.assert_close(logits, reference)
+    weights = torch.randn_like(reference).masked_fill(mask == 0, 0.0)
+    (logits.masked_fill(mask == 0, 0.0) * weights).sum().backward()
+    (reference.masked_fill(mask == 0, 0.0) * weights).sum().backward()
+    torch.testing.assert_close(states.grad, reference_states.grad)

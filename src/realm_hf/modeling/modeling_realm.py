@@ -124,13 +124,20 @@ class RealmReaderProjection(nn.Module):
         """
         seq_len = hidden_states.shape[-2]
         candidate_starts, candidate_ends = span_candidates(seq_len, self.config.max_span_width, hidden_states.device)
-        candidate_mask = block_mask[..., candidate_starts] * block_mask[..., candidate_ends]  # (B, R, N)
+        candidate_mask = (block_mask[..., candidate_starts] * block_mask[..., candidate_ends]).bool()  # (B, R, N)
 
         start_projection, end_projection = self.dense_intermediate(hidden_states).chunk(2, dim=-1)  # (B, R, L, S)
-        span_hidden = self.relu(start_projection[..., candidate_starts, :] + end_projection[..., candidate_ends, :])
-        span_hidden = self.layer_normalization(span_hidden)  # (B, R, N, S)
-        reader_logits = self.dense_output(span_hidden).squeeze(-1).float()  # (B, R, N), fp32 under autocast too
-        reader_logits = reader_logits + mask_to_score(candidate_mask, dtype=reader_logits.dtype)
+        # Only the spans inside the evidence are scored (V of the B * R * N): the others would get the most negative
+        # float anyway, and their (N, S) hidden states cost more than the encoder's backward when blocks are short.
+        block, row, candidate = candidate_mask.nonzero(as_tuple=True)  # (V,) each
+        span_hidden = self.relu(
+            start_projection[block, row, candidate_starts[candidate]]
+            + end_projection[block, row, candidate_ends[candidate]]
+        )
+        span_hidden = self.layer_normalization(span_hidden)  # (V, S)
+        logits = self.dense_output(span_hidden).squeeze(-1).float()  # (V,), fp32 under autocast too
+        reader_logits = torch.full(candidate_mask.shape, torch.finfo(logits.dtype).min, dtype=logits.dtype,
+                                   device=logits.device).index_put((block, row, candidate), logits)  # fmt: skip
         return reader_logits, candidate_starts, candidate_ends
 
 
