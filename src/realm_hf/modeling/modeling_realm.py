@@ -127,12 +127,16 @@ class RealmReaderProjection(nn.Module):
         candidate_mask = (block_mask[..., candidate_starts] * block_mask[..., candidate_ends]).bool()  # (B, R, N)
 
         start_projection, end_projection = self.dense_intermediate(hidden_states).chunk(2, dim=-1)  # (B, R, L, S)
-        # Only the spans inside the evidence are scored (V of the B * R * N): the others would get the most negative
-        # float anyway, and their (N, S) hidden states cost more than the encoder's backward when blocks are short.
+        # Only the spans inside the evidence are scored (V of the B * R * N): the others get the most negative float
+        # anyway, and the (B, R, N, S) states of all spans were most of the projection's time. Gathered as rows of the
+        # flattened (B * R * L, S) projections: `index_select` and its backward are several times faster than
+        # indexing with three index tensors.
         block, row, candidate = candidate_mask.nonzero(as_tuple=True)  # (V,) each
+        first_token = (block * candidate_mask.shape[1] + row) * seq_len  # (V,): the row's offset in the flat tokens
+        span_size = start_projection.shape[-1]
         span_hidden = self.relu(
-            start_projection[block, row, candidate_starts[candidate]]
-            + end_projection[block, row, candidate_ends[candidate]]
+            start_projection.reshape(-1, span_size).index_select(0, first_token + candidate_starts[candidate])
+            + end_projection.reshape(-1, span_size).index_select(0, first_token + candidate_ends[candidate])
         )
         span_hidden = self.layer_normalization(span_hidden)  # (V, S)
         logits = self.dense_output(span_hidden).squeeze(-1).float()  # (V,), fp32 under autocast too
