@@ -18,14 +18,20 @@ def atomic_path(path: str | os.PathLike):
         yield temporary
         with open(temporary, "rb+") as written:
             os.fsync(written.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        usual_permissions(temporary)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def usual_permissions(path: str | os.PathLike, directory: bool = False) -> None:
+    """Gives `path` the permissions a new file (0666) or directory (0777) gets, less the umask: mkstemp and mkdtemp
+    make theirs private (0600, 0700), which a staged file keeps after its rename."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -34,4 +40,4 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         writer.write(data)
 
 
-__all__ = ["atomic_path", "atomic_write_bytes"]
+__all__ = ["atomic_path", "atomic_write_bytes", "usual_permissions"]

@@ -203,13 +203,14 @@ def check_searcher_fits(model: RealmForOpenQA, searcher, source: str = "the inde
 
 
 def fit_beam_sizes(model: RealmForOpenQA) -> None:
-    """Caps `config.reader_beam_size` / `searcher_beam_size` at the blocks the model can retrieve, with a warning: a
-    corpus of 3 documents can still be asked over with a model trained to read 5 blocks."""
+    """Caps `config.reader_beam_size` / `searcher_beam_size` at the blocks the model can retrieve (logged at info
+    level: reading all of a small index is what its user wants): a corpus of 3 documents can still be asked over with
+    a model trained to read 5 blocks."""
     num_blocks = model.num_searchable_blocks
     for name in ("reader_beam_size", "searcher_beam_size"):
         value = getattr(model.config, name)
         if 0 < num_blocks < value:
-            logger.warning(f"{name} {value} is more than the {num_blocks} blocks of the index: using {num_blocks}.")
+            logger.info(f"{name} {value} is more than the {num_blocks} blocks of the index: using {num_blocks}.")
             setattr(model.config, name, num_blocks)
 
 
@@ -232,6 +233,15 @@ def index_directory(index: str | os.PathLike) -> Path:
     if not index_dir.exists():
         raise MissingFileError(f"--index / index= {str(index_dir)!r}: no such directory (expected an index directory "
                                f"written by `realm-hf index build`, holding {INDEX_MANIFEST})")  # fmt: skip
+    if index_dir.is_file():
+        raise FileFormatError(f"--index / index= {str(index_dir)!r} is a file; expected the index directory "
+                              f"(`realm-hf index build --output`), here {str(index_dir.parent)!r}", path=index_dir)  # fmt: skip
+    from .retrieval.index_builder import BUILD_SETTINGS_NAME
+
+    if (index_dir / BUILD_SETTINGS_NAME).is_file() or (index_dir / DOCUMENTS_DIR).is_dir():
+        raise FileFormatError(f"--index / index= {str(index_dir)!r} is an unfinished `realm-hf index build` (it has "
+                              f"no {INDEX_MANIFEST} yet): run the same build command again, and it resumes where it "
+                              "stopped", path=index_dir)  # fmt: skip
     raise FileFormatError(f"--index / index= expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
                           f"index build` writes it); {index_dir} has none.", path=index_dir)  # fmt: skip
 

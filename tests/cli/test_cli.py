@@ -200,6 +200,10 @@ def test_ask_reports_a_bad_model_path(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     (tmp_path / "empty").mkdir()
     assert main(["ask", "--model", str(tmp_path / "empty"), "q?"]) == 1
+    assert "empty' holds no config.json: expected a model directory" in capsys.readouterr().err
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text('{"model_type": "realm"}')  # and no weights
+    assert main(["ask", "--model", str(tmp_path / "broken"), "q?"]) == 1
     assert "could not load a REALM open-QA model" in capsys.readouterr().err
 
 
@@ -236,3 +240,31 @@ def test_ask_on_a_missing_gpu_fails_before_loading(demo_dir, capsys, monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["ask", "--model", str(demo_dir), "--device", "cuda", "Who wrote Hamlet?"]) == 1
     assert "--device cuda: torch sees no GPU" in capsys.readouterr().err
+
+
+def test_an_interrupt_inside_a_finalizer_is_delivered_again_not_lost():
+    """Python drops an exception raised in `__del__` ("Exception ignored in ..."): the CLI's SIGINT handler sends the
+    signal again a moment later instead, so Ctrl-C during `import transformers` (whose garbage collection runs
+    finalizers) still stops the command."""
+    import inspect
+    import signal
+    import time
+
+    from realm_hf.cli.main import interrupt
+
+    class Finalized:
+        def __del__(self):
+            interrupt(signal.SIGINT, inspect.currentframe())  # as if the signal arrived right here
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            finalized = Finalized()
+            del finalized  # the handler returned inside __del__ ...
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # ... and the signal comes back to ordinary code
+                time.sleep(0.01)
+        with pytest.raises(KeyboardInterrupt):
+            interrupt(signal.SIGINT, inspect.currentframe())  # outside a finalizer: at once
+    finally:
+        signal.signal(signal.SIGINT, previous)

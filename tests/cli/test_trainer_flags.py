@@ -167,7 +167,7 @@ def test_an_unknown_flag_is_a_one_line_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["ask", "--weight_decay", "0.1", "Who?"])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("realm-hf: error: unrecognized arguments:")
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("realm-hf ask: error: unrecognized arguments:")
     with pytest.raises(UsageError, match="unrecognized arguments: --bogus"):
         parse_trainer_flags(["--bogus"], "realm-hf train")
 

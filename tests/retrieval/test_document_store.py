@@ -4,6 +4,7 @@ import csv
 import gc
 import gzip
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -281,6 +282,9 @@ def test_save_load_round_trip_is_memory_mapped(tmp_path):
     assert manifest["format"] == "realm_hf.document_store" and manifest["num_documents"] == 5
     assert manifest["fingerprint"] == fingerprint
     assert not any(path.name.endswith(".pkl") for path in directory.iterdir())
+    umask = os.umask(0)
+    os.umask(umask)
+    assert directory.stat().st_mode & 0o777 == 0o777 & ~umask  # a directory's usual mode, not mkdtemp's 0700
     # The saved store now backs this one, and the scratch files are gone.
     assert all(Path(cache_file["filename"]).parent == directory for cache_file in store.dataset.cache_files)
     assert not any(path.exists() for path in scratch_files)

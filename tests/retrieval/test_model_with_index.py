@@ -127,6 +127,10 @@ def test_index_commands_build_add_eval_offload(tmp_path, demo_dir, capsys):
                  "--json"]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["recall_at_5"] == 1.0 and report["num_blocks"] == 35
+    # no --factory: what `index compress` would build, exact for so few blocks; k beyond the index is capped
+    assert main(["index", "eval", "--index", str(separated), "--num-queries", "10", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["factory"] == "Flat" and report["recall_at_35"] == 1.0 and "recall_at_100" not in report
     assert main(["index", "eval", "--index", str(index), "--factory", "Flat", "--k", "5", "--num-queries", "10",
                  "--json"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["num_blocks"] == 35

@@ -174,3 +174,15 @@ def test_compress_refuses_a_model_without_block_emb(light_dir, tmp_path):
         compress_open_qa(light_dir, tmp_path / "again", factory="Flat")
     with pytest.raises(ValueError, match="dtype must be one of"):
         compress_open_qa(light_dir, tmp_path / "again", dtype="int8")
+
+
+@pytest.mark.parametrize(
+    ("num_blocks", "dim", "factory"),
+    [(8, 128, "Flat"), (999, 128, "Flat"), (3000, 128, "IVF76,PQ32x4fs"), (43_829, 128, "IVF1024,PQ32x4fs"),
+     (13_353_718, 128, "IVF4096,PQ32x4fs"), (50_000, 30, "IVF1024,PQ30x4fs")],
+)  # fmt: skip
+def test_default_factory_fits_the_index(num_blocks, dim, factory):
+    """IVF lists ~ 4 sqrt(N), at most N / 39 (faiss's fewest training points per list), exact below 1,000 blocks."""
+    from realm_hf.retrieval.serving import default_factory
+
+    assert default_factory(num_blocks, dim) == factory

@@ -261,9 +261,7 @@ def test_a_busy_port_is_reported_before_loading_the_model(capsys):
 def test_a_missing_extra_names_the_extra_to_install(monkeypatch, capsys):
     monkeypatch.setattr(serve_cli, "EXTRA_MODULES", ("starlette", "realm_hf_no_such_module"))
     assert main(["serve"]) == 1
-    expected = (
-        "realm-hf serve needs the 'serve' extra (realm_hf_no_such_module not installed): pip install 'realm_hf[serve]'"
-    )
+    expected = "realm-hf serve: error: needs the 'serve' extra (realm_hf_no_such_module not installed): pip install 'realm_hf[serve]'"
     assert capsys.readouterr().err == expected + "\n"
 
 

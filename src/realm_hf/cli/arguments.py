@@ -25,28 +25,36 @@ class RealmHfArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def model_location(value: str) -> str:
-    """`value` if it can name a model: an existing directory, or something shaped like a Hub repo id (`name` or
-    `owner/name`). A path that does not exist raises `MissingFileError` naming it, rather than the Hub client's
-    "Repo id must be in the form ..."; a repo id neither in the Hub cache nor on a reachable Hub raises
-    `ModelLoadError` saying which."""
-    from realm_hf.errors import MissingFileError
+def model_location(value: str, option: str = "--model") -> str:
+    """`value` if it can name a model: a directory holding config.json, or something shaped like a Hub repo id (`name`
+    or `owner/name`) that the Hub cache has or the Hub can give. Otherwise the error names `option` and says what is
+    wrong: a path that does not exist (`MissingFileError`, rather than the Hub client's "Repo id must be in the form
+    ..."), a file, a directory without config.json (an index given as the model is named as one), a repo id neither in
+    the Hub cache nor on a reachable Hub (`ModelLoadError`)."""
+    from realm_hf.errors import MissingFileError, ModelLoadError
 
     if os.path.exists(value):
         if not os.path.isdir(value):
-            raise MissingFileError(f"--model {value!r} is a file; expected a model directory or a Hub repo id")
+            raise MissingFileError(f"{option} {value!r} is a file; expected a model directory or a Hub repo id")
+        if not os.path.isfile(os.path.join(value, "config.json")):
+            from realm_hf.retrieval import is_searcher_directory
+
+            if is_searcher_directory(value):
+                raise ModelLoadError(f"{option} {value!r} is an index, not a model: pass it as --index {value} (and "
+                                     f"the model that built it as {option}, or none for the default model)")  # fmt: skip
+            raise ModelLoadError(f"{option} {value!r} holds no config.json: expected a model directory (written by "
+                                 "save_pretrained or `realm-hf train`) or a Hub repo id")  # fmt: skip
         return value
     # A Hub repo id is `name` or `owner/name`; anything else that does not exist was meant as a directory.
     looks_like_path = os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value
     if looks_like_path:
-        raise MissingFileError(f"--model {value!r}: no such directory (expected a model directory or a Hub repo id)")
+        raise MissingFileError(f"{option} {value!r}: no such directory (expected a model directory or a Hub repo id)")
     from realm_hf.checkpoints import check_hub_model
-    from realm_hf.errors import ModelLoadError
 
     try:
         check_hub_model(value)  # says at once when the Hub cannot have it, before any file is read
     except ModelLoadError as error:
-        raise ModelLoadError(f"--model {error}") from None
+        raise ModelLoadError(f"{option} {error}") from None
     return value
 
 

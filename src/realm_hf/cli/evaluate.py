@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .arguments import positive_int, without_weight_loading_bar
+from .arguments import model_location, positive_int, without_weight_loading_bar
 
 HELP = """\
 Data: JSON lines, one question each: {"question": str, "answers": [str, ...]} (NQ-open) or {"question": str,
@@ -18,6 +18,9 @@ Data: JSON lines, one question each: {"question": str, "answers": [str, ...]} (N
 
 def read_questions(path: str | Path, limit: int | None = None) -> tuple[list[str], list[list[str]], list | None]:
     """Reads `(questions, answers, relations)` from a JSONL file; `relations` is `None` when no row has one."""
+    if Path(path).suffix.lower() in (".csv", ".tsv", ".parquet", ".txt"):
+        raise ValueError(f"expected a JSON Lines file of {{\"question\": ..., \"answers\": [...]}} rows, one per line; "
+                         f"got a {Path(path).suffix} file")  # fmt: skip
     questions, answers, relations = [], [], []
     with open(path, encoding="utf-8") as file:
         for line_number, line in enumerate(file, start=1):
@@ -25,11 +28,17 @@ def read_questions(path: str | Path, limit: int | None = None) -> tuple[list[str
                 continue
             if limit is not None and len(questions) >= limit:
                 break
-            row = json.loads(line)
-            references = row.get("answers", row.get("answer"))
-            if not isinstance(row.get("question"), str) or references is None:
-                raise ValueError(f"{path}:{line_number}: expected a 'question' string and 'answers' (or 'answer'), "
-                                 f"got keys {sorted(row)}.")  # fmt: skip
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"line {line_number}: expected JSON Lines (one JSON object per line): {error}"
+                ) from None
+            references = row.get("answers", row.get("answer")) if isinstance(row, dict) else None
+            if not isinstance(row, dict) or not isinstance(row.get("question"), str) or references is None:
+                found = f"keys {sorted(row)}" if isinstance(row, dict) else type(row).__name__
+                raise ValueError(f"line {line_number}: expected a 'question' string and 'answers' (or 'answer'), got "
+                                 f"{found}.")  # fmt: skip
             questions.append(row["question"])
             answers.append([references] if isinstance(references, str) else [str(answer) for answer in references])
             relations.append(row.get("relation"))
@@ -64,17 +73,20 @@ def cmd_evaluate(args) -> int:
     from realm_hf.evaluation import OpenQAEvaluator
     from realm_hf.evaluation.realm import RealmOpenQASystem
 
+    if args.model is not None:
+        args.model = model_location(args.model)
     try:
         questions, answers, relations = read_questions(args.data, limit=args.limit)
     except (OSError, ValueError) as error:
-        print(f"realm-hf evaluate: could not read {args.data!r}: {error}", file=sys.stderr)
+        print(f"realm-hf evaluate: error: could not read {args.data!r}: {error}", file=sys.stderr)
         return 1
     try:
         with without_weight_loading_bar():
             system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size, index=args.index)
     except (OSError, ValueError) as error:
         source = args.model or "the default model"
-        print(f"realm-hf evaluate: could not load a REALM open-QA model from {source!r}: {error}", file=sys.stderr)
+        print(f"realm-hf evaluate: error: could not load a REALM open-QA model from {source!r}: {error}",
+              file=sys.stderr)  # fmt: skip
         return 1
     evaluator = OpenQAEvaluator(questions, answers, relations=relations, ks=args.k, is_regex=args.regex,
                                 batch_size=args.batch_size)  # fmt: skip

@@ -19,7 +19,7 @@ they were computed from. Block ids are stable: adding documents appends ids and 
   realm-hf ask --index my-index "a question about docs.jsonl"    # ... and its reader
   realm-hf index build --model google/realm-orqa-nq-openqa --corpus docs.jsonl --output my-index
   realm-hf index add   --index my-index --model google/realm-orqa-nq-openqa --corpus new-docs.jsonl
-  realm-hf index eval  --index my-index --factory "IVF1024,PQ16" --nprobe 32
+  realm-hf index eval  --index my-index                         # recall@k of what `index compress` would build
   realm-hf index offload --model google/realm-orqa-nq-openqa --output nq-index
   realm-hf index compress --model google/realm-orqa-nq-openqa --output nq-light   # bf16 model + IVF-PQ index
 
@@ -67,13 +67,14 @@ def _load_embedder(model: str | None, device: str = "cpu"):
 
     from realm_hf import RealmEmbedder
 
-    from .arguments import model_location
+    from .arguments import model_location, without_weight_loading_bar
 
     device = resolve_device(device)
     model = model_location(_default_model(model))
     # fp32 whatever the checkpoint holds (the default model ships fp16): the build's autocast sets the precision, and
     # fp16 weights under CPU autocast fail in LayerNorm ("mixed dtype").
-    embedder = RealmEmbedder.from_pretrained(model, dtype=torch.float32)
+    with without_weight_loading_bar():
+        embedder = RealmEmbedder.from_pretrained(model, dtype=torch.float32)
     return embedder.eval().to(device), AutoTokenizer.from_pretrained(model)
 
 
@@ -84,6 +85,9 @@ def cmd_build(args) -> int:
     from realm_hf.retrieval.index_builder import build_index, refuse_finished_index
 
     output = Path(args.output)
+    if output.is_file():
+        raise FileFormatError(f"--output {args.output!r} is a file; expected a directory to write the index into (a "
+                              "new one, or an unfinished build to resume)", path=output)  # fmt: skip
     refuse_finished_index(output)
     # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
     store = open_corpus(args.corpus)
@@ -121,9 +125,13 @@ def cmd_build(args) -> int:
 
 
 def cmd_add(args) -> int:
+    from realm_hf.errors import MissingFileError
     from realm_hf.retrieval.distributed import process_state
     from realm_hf.retrieval.index_builder import add_documents
 
+    if not Path(args.index).is_dir():
+        raise MissingFileError(f"--index {args.index!r}: no such directory (expected an index written by `realm-hf "
+                               "index build`)")  # fmt: skip
     embedder, tokenizer = _load_embedder(args.model, args.device)
     new_ids = add_documents(embedder, tokenizer, args.index, open_corpus(args.corpus), batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
@@ -178,13 +186,18 @@ def cmd_eval(args) -> int:
 
     from realm_hf.retrieval.evaluation import recall_at_k
     from realm_hf.retrieval.faiss_search import FaissSearcher
+    from realm_hf.retrieval.serving import default_factory, ivf_lists
     from realm_hf.retrieval.torch_search import ExactSearcher
 
     exact = ExactSearcher.from_index(args.index)
     if args.faiss_index:
         approximate = FaissSearcher.load(args.faiss_index)
     else:
+        # By default what `index compress` would build for this index (exact search below 1,000 blocks).
+        args.factory = args.factory or default_factory(exact.num_blocks, exact.dim)
         approximate = FaissSearcher.build(exact, factory=args.factory, metric=exact.metric, seed=0)
+        if args.nprobe is None and approximate.nprobe is not None:
+            args.nprobe = max(1, ivf_lists(approximate) // 4)  # as `index compress`: a quarter of the lists
     if args.nprobe is not None:
         approximate.nprobe = args.nprobe
     if args.ef_search is not None:
@@ -194,11 +207,12 @@ def cmd_eval(args) -> int:
     ids = generator.choice(exact.num_blocks, size=min(args.num_queries, exact.num_blocks), replace=False)
     queries = exact.embeddings(torch.from_numpy(np.sort(ids))).float()
     queries = queries + args.noise * queries.std() * torch.from_numpy(generator.standard_normal(queries.shape)).float()
-    ks = [int(k) for k in args.k.split(",")]
+    # k beyond the index's size would count blocks that do not exist as missed
+    ks = sorted({min(int(k), exact.num_blocks) for k in args.k.split(",")})
     reference = exact.search(queries, max(ks)).ids
     found = approximate.search(queries, max(ks)).ids
     report = {f"recall_at_{k}": recall_at_k(found[:, :k], reference[:, :k], k) for k in ks}
-    report.update({"num_queries": len(ids), "num_blocks": exact.num_blocks, "factory": args.factory,
+    report.update({"num_queries": len(ids), "num_blocks": exact.num_blocks, "factory": args.factory, "nprobe": approximate.nprobe,
                    "bytes_per_block": approximate.memory_bytes() / max(exact.num_blocks, 1)})  # fmt: skip
     if args.json:
         print(json.dumps(report))
@@ -262,7 +276,8 @@ def add_parser(subparsers) -> None:
 
     evaluate = commands.add_parser("eval", help="recall@k of an approximate (faiss) index against exact search")
     evaluate.add_argument("--index", required=True, help="an index directory (the exact reference)")
-    evaluate.add_argument("--factory", default="IVF1024,PQ16", help="faiss factory string (default: IVF1024,PQ16)")
+    evaluate.add_argument("--factory", help="faiss factory string (default: what `index compress` builds for this "
+                          "index, IVF<4 sqrt(N)>,PQ<dim/4>x4fs; Flat below 1,000 blocks)")  # fmt: skip
     evaluate.add_argument("--faiss-index", help="evaluate a saved FaissSearcher directory instead of building one")
     evaluate.add_argument("--nprobe", type=int, help="IVF lists probed per query")
     evaluate.add_argument("--ef-search", type=int, help="HNSW search breadth")

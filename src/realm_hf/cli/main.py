@@ -190,8 +190,9 @@ def cmd_demo(args) -> int:
 
 def read_questions(stream) -> list[str]:
     """Questions from a text stream (standard input), one per line, blank lines skipped. Bytes that are not UTF-8
-    raise `FileFormatError` naming the byte offset."""
-    from realm_hf.errors import FileFormatError
+    raise `FileFormatError` naming the byte offset; a stream without a question raises `UsageError` saying whether
+    it was empty or blank."""
+    from realm_hf.errors import FileFormatError, UsageError
 
     data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode("utf-8", "surrogateescape")
     try:
@@ -199,7 +200,11 @@ def read_questions(stream) -> list[str]:
     except UnicodeDecodeError as error:
         raise FileFormatError(f"standard input: expected UTF-8 text, received byte 0x{data[error.start]:02x} at byte "
                               f"offset {error.start}", path="<stdin>", location=f"byte {error.start}") from None  # fmt: skip
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    questions = [line.strip() for line in text.splitlines() if line.strip()]
+    if not questions:
+        received = "only blank lines" if text else "nothing (empty input)"
+        raise UsageError(f"expected questions on standard input (one per line), received {received}")
+    return questions
 
 
 def cmd_ask(args) -> int:
@@ -210,8 +215,6 @@ def cmd_ask(args) -> int:
         if sys.stdin.isatty():
             raise UsageError("expected questions as arguments or on standard input (one per line), received none")
         questions = read_questions(sys.stdin)
-        if not questions:
-            raise UsageError("expected questions on standard input (one per line), received only blank lines")
     elif all(not question.strip() for question in questions):
         raise UsageError(f"expected a question, received only blank ones: {questions!r:.100}")
     model_path = args.model
@@ -266,9 +269,10 @@ def _unit_interval(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = RealmHfArgumentParser(prog="realm-hf", description=DESCRIPTION,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # The description lists the commands (in the order a newcomer meets them): argparse's own list would repeat it.
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
 
-    demo = subparsers.add_parser("demo", help="build the untrained demo model and answer sample questions",
+    demo = subparsers.add_parser("demo", help="answer sample questions with evidence, with the default model",
                                  description=cmd_demo.__doc__ or "Build the demo model and answer sample questions.")  # fmt: skip
     demo.add_argument("questions", nargs="*", help="questions to ask instead of the sample ones")
     demo.add_argument("--untrained", action="store_true", help="use the untrained 16-passage demo model even when "
@@ -343,9 +347,31 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None =
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         if not hasattr(args, "trainer_argv"):
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+            command = _command_parser(parser, args)
+            command.error(f"unrecognized arguments: {' '.join(unknown)}{_did_you_mean(command, unknown)}")
         args.trainer_argv = unknown
     return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)command parser `args` were parsed by: `realm-hf index build`'s for `index build ...`."""
+    for action in parser._actions:  # argparse keeps its subcommands nowhere public
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            return _command_parser(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """`"; did you mean --top-k?"` for the first unknown option close to one of `parser`'s, else `""`."""
+    import difflib
+
+    options = [option for action in parser._actions for option in action.option_strings]
+    for word in unknown:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.7)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -393,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     # never raises KeyboardInterrupt: `kill -INT <pid>` (process managers, `timeout -s INT`) did nothing to a build.
     previous_handler = None
     if threading.current_thread() is threading.main_thread():
-        previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+        previous_handler = signal.signal(signal.SIGINT, interrupt)
     try:
         if hasattr(args, "trainer_argv"):  # `train`, `pretrain`: the Trainer flags, before the package's own imports
             from .arguments import parse_trainer_flags
@@ -415,6 +441,22 @@ def main(argv: list[str] | None = None) -> int:
         if previous_handler is not None:
             signal.signal(signal.SIGINT, previous_handler)
         _close_process_group()
+
+
+def interrupt(signum, frame) -> None:
+    """The SIGINT handler of every command: raises `KeyboardInterrupt`, as Python's own does, except inside a
+    finalizer (`__del__`), where Python would print "Exception ignored in ..." and drop it (the garbage collector runs
+    finalizers during `import transformers`: about one Ctrl-C in seven in a build's first two seconds was lost, and the
+    build ran to the end). There the signal is sent again 10 ms later, to land in ordinary code."""
+    caller = frame
+    while caller is not None:
+        if caller.f_code.co_name == "__del__":
+            timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
+        caller = caller.f_back
+    raise KeyboardInterrupt
 
 
 def _finish_package_import() -> None:

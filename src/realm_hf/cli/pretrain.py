@@ -14,6 +14,7 @@ from .arguments import (
     TRAINER_FLAGS_HELP,
     add_trainer_flags,
     finished_run,
+    model_location,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -133,6 +134,9 @@ def cmd_pretrain(args) -> int:
 
     from .index import open_corpus
 
+    for option in ("embedder", "query_embedder", "encoder", "tokenizer"):  # a mistyped one is named before any work
+        if getattr(args, option) is not None:
+            setattr(args, option, model_location(getattr(args, option), f"--{option.replace('_', '-')}"))
     output = Path(args.output_dir)
     state = process_state()
     training_args = training_arguments(args)

@@ -5,7 +5,7 @@ import ipaddress
 import socket
 import sys
 
-from .arguments import positive_int, without_weight_loading_bar
+from .arguments import model_location, positive_int, without_weight_loading_bar
 
 HELP = """\
 Serves a web page to ask questions and see each answer highlighted in the passage it was read from (with its title,
@@ -63,12 +63,12 @@ def _port_in_use(host: str, port: int) -> OSError | None:
 def cmd_serve(args) -> int:
     missing = missing_serve_modules()
     if missing:
-        print(f"realm-hf serve needs the 'serve' extra ({', '.join(missing)} not installed): "
+        print(f"realm-hf serve: error: needs the 'serve' extra ({', '.join(missing)} not installed): "
               "pip install 'realm_hf[serve]'", file=sys.stderr)  # fmt: skip
         return 1
     error = _port_in_use(args.host, args.port)
     if error is not None:
-        print(f"realm-hf serve: cannot listen on {args.host}:{args.port}: {error.strerror or error}. "
+        print(f"realm-hf serve: error: cannot listen on {args.host}:{args.port}: {error.strerror or error}. "
               "Pass another --port (or --host).", file=sys.stderr)  # fmt: skip
         return 1
     model_path, model_name, examples = args.model, args.model, []
@@ -77,15 +77,19 @@ def cmd_serve(args) -> int:
 
         default = default_model_dir()
         if default is None:
-            print("realm-hf serve: no --model given and the default model (realm-minilm-factbook) is not in this "
+            print("realm-hf serve: error: no --model given and the default model (realm-minilm-factbook) is not in this "
                   "installation: pass --model DIR or a Hub repo id.", file=sys.stderr)  # fmt: skip
             return 1
         model_path, model_name, examples = str(default), f"{DEFAULT_MODEL_NAME} (the default model)", DEFAULT_QUESTIONS
+    model_path = model_location(model_path)
     print(f"loading {model_path}{f' with the index {args.index}' if args.index else ''} ...", file=sys.stderr)
     try:
         model, retriever = load_open_qa_model(model_path, args.index)
     except (OSError, ValueError) as error:
-        print(f"realm-hf serve: could not load a REALM open-QA model from {model_path!r}: {error}", file=sys.stderr)
+        print(
+            f"realm-hf serve: error: could not load a REALM open-QA model from {model_path!r}: {error}",
+            file=sys.stderr,
+        )
         return 1
 
     import uvicorn

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import TRAINER_FLAGS_HELP, add_trainer_flags, finished_run, positive_int
+from .arguments import TRAINER_FLAGS_HELP, add_trainer_flags, finished_run, model_location, positive_int
 
 HELP = """\
 Data: JSON lines (or .json / .csv / .parquet), one question each: {"question": str, "answers": [str, ...]} (NQ-open)
@@ -131,6 +131,7 @@ def cmd_train(args) -> int:
     from realm_hf.training import OpenQACollator, OpenQATrainer, freeze_word_embeddings
 
     _check_length(args)
+    args.model = model_location(args.model)  # a mistyped --model is named at once, not after minutes of Hub retries
     output = Path(args.output_dir)
     try:
         train_rows = _load_rows(args.train_file, args.dataset, args.train_split)
@@ -138,7 +139,7 @@ def cmd_train(args) -> int:
         if args.dev_file is not None or (args.dataset is not None and args.dev_split):
             dev_rows = _load_rows(args.dev_file, args.dataset if args.dev_file is None else None, args.dev_split)
     except (OSError, ValueError) as error:
-        print(f"realm-hf train: could not read the questions: {error}", file=sys.stderr)
+        print(f"realm-hf train: error: could not read the questions: {error}", file=sys.stderr)
         return 1
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -189,8 +190,9 @@ def cmd_train(args) -> int:
         (output / "train_results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         print(json.dumps(summary, indent=2))
         if searcher is not None:
-            print(f"saved to {output}; load it with RealmForOpenQA.from_pretrained({str(output)!r}, "
-                  f"searcher=ExactSearcher.from_index({args.index!r}))")  # fmt: skip
+            print(f"saved to {output}; ask with it: realm-hf ask --model {output} --index {args.index} \"...\" (in "
+                  f"Python: load_open_qa({str(output)!r}, index={args.index!r})). It has no calibration.json: its "
+                  "answers carry no confidence and never abstain.")  # fmt: skip
     return 0
 
 

@@ -24,6 +24,8 @@ def question_problem(question) -> str | None:
             f"expected Unicode text, received a lone surrogate {question[error.start]!r} at character {error.start} "
             f"of {question!r:.80} (bytes that are not UTF-8?)"
         )
+    if not any(character.isalnum() for character in question):
+        return f"expected a question in words, received only punctuation or symbols: {question!r:.80}"
     return None
 
 

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 from transformers.utils import logging
 
+from ..atomic import usual_permissions
 from ..errors import FileFormatError, MissingFileError, RealmHfError
 from .block_records import load_block_records
 from .document_import import (
@@ -347,7 +348,7 @@ class DocumentStore:
             if file_format is None:
                 raise FileFormatError(
                     f"{source_name}: expected a file ending in one of {sorted(FILE_FORMATS)} (optionally compressed), "
-                    "or pass file_format='jsonl', 'csv', 'tsv' or 'parquet'"
+                    "(rename it; in Python, file_format='jsonl', 'csv', 'tsv' or 'parquet' reads it as one)"
                 )
         if file_format not in ("jsonl", "csv", "tsv", "parquet"):
             raise ValueError(f"file_format: expected 'jsonl', 'csv', 'tsv' or 'parquet', received {file_format!r}")
@@ -411,7 +412,7 @@ class DocumentStore:
         if title_column is not None and title_column not in first:
             logger.warning(
                 f"{source_name} has no title column {title_column!r} (found columns {list(first)}); every title is "
-                '"". Pass title_column=None to silence this.'
+                f'"" (to silence this: give each row a {title_column!r} field, or in Python pass title_column=None).'
             )
 
         def all_records() -> Iterator[dict[str, Any]]:
@@ -463,6 +464,7 @@ class DocumentStore:
                 "title_separator": TITLE_SEPARATOR,
             }
             (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+            usual_permissions(staging, directory=True)  # not mkdtemp's 0700
             if directory.exists() and any(directory.iterdir()):
                 retired = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".old", dir=directory.parent))
                 os.replace(directory, retired / directory.name)

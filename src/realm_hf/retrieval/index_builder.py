@@ -315,6 +315,7 @@ def add_documents(embedder, tokenizer, index_dir: str | Path, documents, *, batc
             f"{directory} is inconsistent: {len(store)} documents but {num_blocks} embedded blocks", path=directory
         )
     new = documents if isinstance(documents, DocumentStore) else DocumentStore.from_records(documents)
+    _warn_about_repeats(store, new)
     new_ids = add_to_index(embedder, tokenizer, new, directory, batch_size=batch_size, progress=progress)
     state = process_state()
     if state.is_main_process:
@@ -330,6 +331,27 @@ def add_documents(embedder, tokenizer, index_dir: str | Path, documents, *, batc
         store.save(directory / DOCUMENTS_DIR)
     state.wait_for_everyone()
     return new_ids
+
+
+# Stores up to this many documents are checked for documents added a second time (reading their texts takes seconds).
+REPEAT_CHECK_MAX_DOCUMENTS = 1_000_000
+
+
+def _warn_about_repeats(store, new) -> None:
+    """Warns when documents being added are already in the store (same title and text), e.g. the same corpus added
+    twice: they are added again, under new ids, and would be retrieved twice."""
+    if len(store) > REPEAT_CHECK_MAX_DOCUMENTS or len(new) == 0:
+        return
+
+    def pairs(documents):
+        titles = documents.dataset["title"] if "title" in documents.dataset.column_names else [""] * len(documents)
+        return zip(titles, documents.dataset["text"])
+
+    known = set(pairs(store))
+    repeated = sum(pair in known for pair in pairs(new))
+    if repeated:
+        logger.warning(f"{repeated} of the {len(new)} documents added are already in the index (same title and "
+                       "text): they are added again, under new ids, and will be read twice. Pass only new documents.")  # fmt: skip
 
 
 def write_index(

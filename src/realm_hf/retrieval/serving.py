@@ -83,10 +83,19 @@ def open_searcher(directory: str | os.PathLike, *, rerank: bool = True, **kwargs
     )
 
 
+# Fewer blocks than this are searched exactly: faiss trains its 16 4-bit PQ centroids on at least 39 points each, and
+# an exact search over so few blocks takes well under a millisecond.
+MIN_BLOCKS_FOR_IVF = 1000
+
+
 def default_factory(num_blocks: int, dim: int) -> str:
-    """IVF with about 4 sqrt(N) lists (64 to 4096) over 4-bit fast-scan PQ codes of half a byte per 4 dims
-    (`IVF4096,PQ32x4fs` for REALM's 13.35M x 128: 16-byte codes + 8-byte ids per block)."""
-    nlist = int(min(4096, max(64, 2 ** round(math.log2(4 * math.sqrt(max(num_blocks, 1)))))))
+    """IVF with about 4 sqrt(N) lists (64 to 4096; never more than N / 39, the fewest training points per list faiss
+    takes without a warning) over 4-bit fast-scan PQ codes of half a byte per 4 dims (`IVF4096,PQ32x4fs` for REALM's
+    13.35M x 128: 16-byte codes + 8-byte ids per block); `Flat` (exact) below `MIN_BLOCKS_FOR_IVF` blocks."""
+    if num_blocks < MIN_BLOCKS_FOR_IVF:
+        return "Flat"
+    nlist = int(min(4096, max(64, 2 ** round(math.log2(4 * math.sqrt(num_blocks))))))
+    nlist = min(nlist, num_blocks // 39)
     subquantizers = dim // 4 if dim % 4 == 0 else dim
     return f"IVF{nlist},PQ{subquantizers}x4fs"
 
@@ -191,7 +200,7 @@ def compress_open_qa(
     else:
         searcher = FaissSearcher.build(source, factory, train_size=train_size, seed=seed)
     if nprobe is None and searcher.nprobe is not None:
-        nprobe = max(1, _nlist(searcher) // 4)
+        nprobe = max(1, ivf_lists(searcher) // 4)
     if nprobe is not None:
         searcher.nprobe = nprobe
     searcher.rerank_factor = int(rerank_factor)
@@ -220,7 +229,8 @@ def compress_open_qa(
     return summary
 
 
-def _nlist(searcher: FaissSearcher) -> int:
+def ivf_lists(searcher: FaissSearcher) -> int:
+    """The number of IVF lists of a faiss searcher's index; 0 when it has none (Flat, HNSW)."""
     ivf = import_faiss().try_extract_index_ivf(searcher.index)
     return int(ivf.nlist) if ivf is not None else 0
 
