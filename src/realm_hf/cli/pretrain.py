@@ -134,7 +134,7 @@ def cmd_pretrain(args) -> int:
 
     from .index import open_corpus
 
-    for option in ("embedder", "query_embedder", "encoder", "tokenizer"):  # a mistyped one is named before any work
+    for option in ("embedder", "query_embedder", "encoder"):  # a mistyped one is named before any work
         if getattr(args, option) is not None:
             setattr(args, option, model_location(getattr(args, option), f"--{option.replace('_', '-')}"))
     output = Path(args.output_dir)
