@@ -2,6 +2,7 @@
 `realm-hf index` commands end to end."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -100,7 +101,7 @@ def test_train_mode_gradients_flow_through_the_searcher(demo_dir):
     torch.testing.assert_close(model.embedder.cls.dense.weight.grad, full.embedder.cls.dense.weight.grad)
 
 
-def test_index_commands_build_add_eval_offload(tmp_path, demo_dir, capsys):
+def test_index_commands_build_add_eval_offload(tmp_path, demo_dir, capsys, caplog):
     corpus = tmp_path / "docs.jsonl"
     rows = [{"title": f"Doc {i}", "text": f"Paris is the capital of France number {i}."} for i in range(30)]
     corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -117,6 +118,12 @@ def test_index_commands_build_add_eval_offload(tmp_path, demo_dir, capsys):
     assert "ids 30..34" in capsys.readouterr().out
     store = DocumentStore.load(index / "documents")
     assert len(store) == 35 and store[32]["text"] == "Rome is old 2."
+    assert "already in the index" not in caplog.text
+    repeated = tmp_path / "repeated"
+    shutil.copytree(index, repeated)
+    assert main(["index", "add", "--index", str(repeated), "--model", str(demo_dir), "--corpus", str(new),
+                 "--quiet"]) == 0  # fmt: skip
+    assert "5 of the 5 documents added are already in the index (same title and text)" in caplog.text
     assert ExactSearcher.from_index(index).num_blocks == 35
 
     # The untrained demo model scores every block within rounding of every other (all about 32.0000), so a Flat faiss

@@ -450,6 +450,10 @@ class DocumentStore:
             )
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+        # datasets' "Saving the dataset" bar, printed after a build's own progress, is noise below a million documents
+        hide_bar = len(self) < 1_000_000 and not datasets.utils.are_progress_bars_disabled()
+        if hide_bar:
+            datasets.utils.disable_progress_bars()
         try:
             if len(self) == 0:  # datasets writes no shard for no rows, and cannot load that back: one empty shard
                 self._dataset.save_to_disk(str(staging), num_shards=1)
@@ -475,6 +479,9 @@ class DocumentStore:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        finally:
+            if hide_bar:
+                datasets.utils.enable_progress_bars()
         self._set_dataset(datasets.Dataset.load_from_disk(str(directory), keep_in_memory=False))
         self._fingerprint = manifest["fingerprint"]
         if self._scratch is not None:
