@@ -27,6 +27,7 @@ commands:
   index  build / add / offload / eval: your corpus as a block-embedding index (see `realm-hf index --help`)
   evaluate  exact match, official EM, F1, reader oracle and recall@k on a JSONL question set
   train  fine-tune a RealmForOpenQA model on question/answer pairs with the Trainer (ORQA recipe)
+  calibrate  fit a model's confidence and abstention threshold on your dev questions (after train)
   push   upload a model directory (model, tokenizer, block records, index, model card) to the Hub in one commit
   pretrain  REALM pretraining: retrieval-augmented MLM over salient spans, index refreshed while training
   convert   import Google's TensorFlow REALM/ORQA checkpoints, block_emb and blocks.tfr (no TensorFlow)
@@ -321,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "calibration.json threshold; 0 never abstains; models without calibration never abstain)")  # fmt: skip
     ask.set_defaults(func=cmd_ask)
 
+    from .calibrate import add_parser as add_calibrate_parser
     from .convert import add_parser as add_convert_parser
     from .evaluate import add_parser as add_evaluate_parser
     from .index import add_parser as add_index_parser
@@ -334,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_parser(subparsers)
     add_push_parser(subparsers)
     add_train_parser(subparsers)
+    add_calibrate_parser(subparsers)
     add_pretrain_parser(subparsers)
     add_serve_parser(subparsers)
     return parser
