@@ -191,8 +191,8 @@ def cmd_train(args) -> int:
         print(json.dumps(summary, indent=2))
         if searcher is not None:
             print(f"saved to {output}; ask with it: realm-hf ask --model {output} --index {args.index} \"...\" (in "
-                  f"Python: load_open_qa({str(output)!r}, index={args.index!r})). It has no calibration.json: its "
-                  "answers carry no confidence and never abstain.")  # fmt: skip
+                  f"Python: load_open_qa({str(output)!r}, index={args.index!r})). Its answers carry no confidence "
+                  f"until you fit one: realm-hf calibrate --model {output} --index {args.index} --data DEV.jsonl")  # fmt: skip
     return 0
 
 
