@@ -59,7 +59,7 @@ def test_calibrate_writes_a_calibration_that_ask_reads(model_dir, tmp_path, caps
     ("rows", "argv", "message"),
     [([{"question": "What is the capital of France?", "answers": ["nothing at all"]}] * 3, [],
       "the model answers 0 of 3 questions right; fitting a confidence needs at least 2 right and 2 wrong"),
-     ([], ["--max-correct-abstained", "2"], "expected a fraction between 0 and 1, got '2'"),
+     ([], ["--max-correct-abstained", "2"], "expected a number between 0 and 1, received '2'"),
      ([{"question": "What is the capital of France?", "answers": ["x"]}] * 3, ["--features", "loudness"],
       "--features: expected names among")],
 )  # fmt: skip

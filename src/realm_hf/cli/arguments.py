@@ -99,6 +99,17 @@ def _number_at_least(value: str, parse, minimum: int, what: str):
     return number
 
 
+def unit_interval(text: str) -> float:
+    """A number in [0, 1] (a fraction, a probability), or an argparse error naming what was received."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, received {text!r}")
+    return value
+
+
 def positive_int(value: str) -> int:
     """An integer >= 1, or an argparse error that names what was received."""
     return _number_at_least(value, int, 1, "a positive integer")

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .arguments import model_location, positive_int, without_weight_loading_bar
+from .arguments import model_location, positive_int, unit_interval, without_weight_loading_bar
 
 HELP = """\
 Gives a model (typically one you fine-tuned with `realm-hf train`, which has none) a calibrated confidence and an
@@ -109,16 +109,6 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
-def _budget(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {text!r}")
-    return value
-
-
 def add_parser(subparsers) -> None:
     calibrate = subparsers.add_parser("calibrate", help="fit a model's confidence on your dev questions",
                                       description=HELP, epilog=EPILOG,
@@ -127,7 +117,7 @@ def add_parser(subparsers) -> None:
     calibrate.add_argument("--index", help="the index it searches (realm-hf index build), if not its own")
     calibrate.add_argument("--data", required=True, help='JSONL of {"question", "answers"} rows; "answers": [] for '
                                                          "unanswerable questions")  # fmt: skip
-    calibrate.add_argument("--max-correct-abstained", type=_budget, default=0.25,
+    calibrate.add_argument("--max-correct-abstained", type=unit_interval, default=0.25,
                            help="the share of right answers the threshold may abstain on (default: 0.25)")  # fmt: skip
     calibrate.add_argument("--features", nargs="+", default=list(DEFAULT_FEATURES),
                            help="answer features of the logistic model, among those of "

@@ -15,6 +15,7 @@ from .arguments import (
     non_negative_float,
     positive_int,
     resolve_device,
+    unit_interval,
     without_weight_loading_bar,
 )
 
@@ -257,16 +258,6 @@ def cmd_ask(args) -> int:
     return 0
 
 
-def _unit_interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, received {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = RealmHfArgumentParser(prog="realm-hf", description=DESCRIPTION,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -302,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "own choice, its searcher.json, else dense)")  # fmt: skip
     ask.add_argument(
         "--bm25-fraction",
-        type=_unit_interval,
+        type=unit_interval,
         default=None,
         metavar="F",
         help="with hybrid candidates, the share of the blocks read that BM25 chooses (default: the model's "
@@ -317,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the model's searcher.json, else 0)",
     )
     add_device_argument(ask, "the model", "cpu")
-    ask.add_argument("--abstention-threshold", type=_unit_interval, default=None, metavar="P",
+    ask.add_argument("--abstention-threshold", type=unit_interval, default=None, metavar="P",
                      help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
                           "calibration.json threshold; 0 never abstains; models without calibration never abstain)")  # fmt: skip
     ask.set_defaults(func=cmd_ask)
