@@ -214,9 +214,9 @@ def fit_beam_sizes(model: RealmForOpenQA) -> None:
             setattr(model.config, name, num_blocks)
 
 
-def index_directory(index: str | os.PathLike) -> Path:
+def index_directory(index: str | os.PathLike, option: str = "--index / index=") -> Path:
     """The searcher directory that `index` (`--index`, `index=`) names: an index or faiss searcher directory, or a
-    model directory holding one in `index/`.
+    model directory holding one in `index/`. Errors name it as `option` (the command line passes "--index").
 
     Raises:
         MissingFileError: `index` does not exist.
@@ -231,18 +231,18 @@ def index_directory(index: str | os.PathLike) -> Path:
     if is_searcher_directory(index_dir / INDEX_DIR):  # a model directory with an index/ was given as the index
         return index_dir / INDEX_DIR
     if not index_dir.exists():
-        raise MissingFileError(f"--index / index= {str(index_dir)!r}: no such directory (expected an index directory "
+        raise MissingFileError(f"{option} {str(index_dir)!r}: no such directory (expected an index directory "
                                f"written by `realm-hf index build`, holding {INDEX_MANIFEST})")  # fmt: skip
     if index_dir.is_file():
-        raise FileFormatError(f"--index / index= {str(index_dir)!r} is a file; expected the index directory "
+        raise FileFormatError(f"{option} {str(index_dir)!r} is a file; expected the index directory "
                               f"(`realm-hf index build --output`), here {str(index_dir.parent)!r}", path=index_dir)  # fmt: skip
     from .retrieval.index_builder import BUILD_SETTINGS_NAME
 
     if (index_dir / BUILD_SETTINGS_NAME).is_file() or (index_dir / DOCUMENTS_DIR).is_dir():
-        raise FileFormatError(f"--index / index= {str(index_dir)!r} is an unfinished `realm-hf index build` (it has "
+        raise FileFormatError(f"{option} {str(index_dir)!r} is an unfinished `realm-hf index build` (it has "
                               f"no {INDEX_MANIFEST} yet): run the same build command again, and it resumes where it "
                               "stopped", path=index_dir)  # fmt: skip
-    raise FileFormatError(f"--index / index= expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
+    raise FileFormatError(f"{option} expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
                           f"index build` writes it); {index_dir} has none.", path=index_dir)  # fmt: skip
 
 

@@ -234,7 +234,7 @@ def cmd_ask(args) -> int:
     if args.index is not None:  # a missing or wrong --index says so in its own words too, before the model loads
         from realm_hf.loading import index_directory
 
-        index_directory(args.index)
+        index_directory(args.index, "--index")
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
     try:
         model, retriever = _load(model_path, args.index)
