@@ -42,6 +42,7 @@ from transformers.utils import logging
 from ..evaluation.calibration import CALIBRATION_FILE, MAX_MARGIN, Calibration
 from ..loading import check_searcher_fits, find_retrieval, fit_beam_sizes, save_open_qa
 from ..modeling import RealmForOpenQA
+from ..retrieval.block_records import iter_record_texts, record_text
 from ..retrieval.hybrid import searching_for
 from ..retrieval.interfaces import BlockOffsets, Retriever, TitledRecords
 from .questions import check_question, encode_question
@@ -361,7 +362,7 @@ class OpenQAPipeline(Pipeline):
         frequencies = self._document_frequencies()
         questions = self.tokenizer.batch_decode(question_ids, skip_special_tokens=True)
         rows = block_ids.tolist()
-        return torch.tensor([[idf_coverage(question, _block_text(self.retriever.block_records[block]), frequencies)
+        return torch.tensor([[idf_coverage(question, record_text(self.retriever.block_records[block]), frequencies)
                               if block >= 0 else 0.0 for block in row] for question, row in zip(questions, rows)],
                             dtype=torch.float)  # fmt: skip
 
@@ -370,7 +371,7 @@ class OpenQAPipeline(Pipeline):
         records = self.retriever.block_records
         cached = getattr(self, "_cached_document_frequencies", None)
         if cached is None or cached[0] is not records:  # another index may have been attached since
-            self._cached_document_frequencies = (records, document_frequencies(_all_block_texts(records)))
+            self._cached_document_frequencies = (records, document_frequencies(iter_record_texts(records)))
         return self._cached_document_frequencies[1]
 
     def _number_ids(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -455,7 +456,7 @@ class OpenQAPipeline(Pipeline):
         if answers:
             return answers[0]
         # No block read holds a single token of text (e.g. empty records): an empty answer from the best block.
-        evidence = _block_text(self.retriever.block_records[block_ids[0]])
+        evidence = record_text(self.retriever.block_records[block_ids[0]])
         return {"answer": "", "score": 0.0, "start": 0, "end": 0, "block_id": block_ids[0],
                 "title": self._title(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
                 else 0.0, "abstained": calibration is not None, "unknown_names": names}  # fmt: skip
@@ -490,7 +491,7 @@ class OpenQAPipeline(Pipeline):
             all_offsets = all_offsets.tolist()
             all_ids = None
         else:
-            text = _block_text(self.retriever.block_records[block_id])
+            text = record_text(self.retriever.block_records[block_id])
             encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
             all_ids, all_offsets = encoding["input_ids"], encoding["offset_mapping"]
         first = max(len(all_offsets) - len(read_ids), 0) if tokenizer.truncation_side == "left" else 0
@@ -839,18 +840,6 @@ def _confidence_features(
         idf_coverages.float().to(block_index.device).gather(1, block_index).to(span_logit.device),
     ], dim=-1)  # fmt: skip
     return torch.nan_to_num(features, nan=0.0, posinf=MAX_MARGIN, neginf=-1e4)
-
-
-def _block_text(record) -> str:
-    return record.decode("utf-8") if isinstance(record, bytes) else str(record)
-
-
-def _all_block_texts(records, chunk: int = 10_000) -> Iterator[str]:
-    """Every block's text in id order, read `chunk` blocks at a time: one at a time, a document store's 43,829 blocks
-    took 4 s, most of a first question's time in `realm-hf ask`."""
-    for start in range(0, len(records), chunk):
-        for record in records[start : start + chunk]:
-            yield _block_text(record)
 
 
 __all__ = [

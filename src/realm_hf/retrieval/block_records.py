@@ -14,6 +14,7 @@ evidence block per row; 13,353,718 rows and several GB for the real corpus). Loa
 - [`BlockRecords`] memory-maps such a file and behaves as a read-only sequence of `bytes`; `records[ids]` with an
   array of ids returns an object array, as `np.take(block_records, ids)` does for the legacy array.
 - [`load_block_records`] opens either format.
+- [`record_text`] and [`iter_record_texts`] read any block records (these, a legacy array, a document store's) as text.
 
 No pickle is ever written by this module.
 """
@@ -44,8 +45,10 @@ __all__ = [
     "BLOCK_RECORDS_FORMAT_VERSION",
     "BlockRecords",
     "UnsafeBlockRecordsError",
+    "iter_record_texts",
     "load_block_records",
     "load_legacy_block_records",
+    "record_text",
     "save_block_records",
 ]
 
@@ -559,3 +562,17 @@ def load_block_records(path: str | os.PathLike) -> np.ndarray | BlockRecords:
     if magic == _NPY_MAGIC_PREFIX:
         return load_legacy_block_records(path)
     return BlockRecords.open(path)
+
+
+def record_text(record) -> str:
+    """A block record as text: records are UTF-8 `bytes` (legacy arrays, [`BlockRecords`], document stores' records),
+    or already `str`."""
+    return record.decode("utf-8") if isinstance(record, bytes) else str(record)
+
+
+def iter_record_texts(records, chunk: int = 10_000) -> Iterator[str]:
+    """Every block's text in id order, read `chunk` records at a time with a slice: one at a time, a document store's
+    43,829 blocks took 4 s."""
+    for start in range(0, len(records), chunk):
+        for record in records[start : start + chunk]:
+            yield record_text(record)

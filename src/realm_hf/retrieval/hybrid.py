@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from transformers.utils import logging
 
+from .block_records import iter_record_texts
 from .interfaces import Searcher, SearchResult, as_query_matrix
 
 logger = logging.get_logger(__name__)
@@ -243,7 +244,7 @@ def bm25_for_records(records):
     store = getattr(records, "store", None)
     if store is not None and hasattr(store, "block_texts"):
         return BM25Searcher.from_documents(store)
-    return BM25Searcher.from_documents([_text(records[index]) for index in range(len(records))])
+    return BM25Searcher.from_documents(list(iter_record_texts(records)))
 
 
 def save_searcher_settings(searcher, directory: str | os.PathLike) -> None:
@@ -310,7 +311,3 @@ def with_searcher_settings(searcher, records, settings: dict | None):
         bm25_fraction=settings["bm25_fraction"],
         bm25_weight=settings.get("bm25_weight", 0.0),
     )
-
-
-def _text(record) -> str:
-    return record.decode("utf-8") if isinstance(record, bytes) else str(record)
