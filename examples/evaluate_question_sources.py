@@ -99,29 +99,14 @@ def candidates(model, tokenizer, searcher, rows: list[dict], batch_size: int) ->
     return per_k
 
 
-@torch.no_grad()
 def read(open_qa, searcher, rows: list[dict], batch_size: int) -> list[dict]:
     """The best answer of each question, with its calibration features and the names no block holds
     ([`unknown_names`]: the pipeline abstains on those questions whatever its confidence), read from `searcher`'s
     blocks."""
-    from realm_hf.pipelines.open_qa import unknown_names
+    from realm_hf.pipelines.open_qa import answers_with_features
 
-    model, tokenizer = open_qa.model, open_qa.tokenizer
-    frequencies = open_qa._document_frequencies()[0]
-    model.searcher = searcher
-    results = []
-    for start in range(0, len(rows), batch_size):
-        questions = [row["question"] for row in rows[start : start + batch_size]]
-        inputs = dict(tokenizer(questions, padding=True, truncation=True, max_length=model.config.searcher_seq_len,
-                                return_tensors="pt"))  # fmt: skip
-        outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)  # every feature, whatever the calibration
-        for index in range(len(questions)):
-            one = {key: value[index : index + 1] for key, value in outputs.items()}
-            answer = open_qa.postprocess(one, top_k=1)
-            results.append({"answer": answer["answer"], "evidence": answer["evidence"],
-                            "features": one["features"][0, 0].tolist(),
-                            "unknown_names": unknown_names(questions[index], frequencies)})  # fmt: skip
-    return results
+    open_qa.model.searcher = searcher
+    return answers_with_features(open_qa, [row["question"] for row in rows], batch_size)
 
 
 def recall(per_k: dict[int, list[list[int]]], rows: list[dict], block_texts) -> dict:

@@ -30,30 +30,6 @@ DEFAULT_FEATURES = ("log_span_probability", "margin", "question_coverage")
 FEW_QUESTIONS = 100  # below this many dev questions the fit is a rough one, and the command says so
 
 
-def read_features(open_qa, questions: list[str], batch_size: int) -> list[dict]:
-    """Each question's best answer, as the pipeline gives it, with every calibration feature and the names no document
-    mentions (the pipeline abstains on those whatever the confidence)."""
-    import torch
-
-    from realm_hf.pipelines.open_qa import unknown_names
-
-    frequencies = open_qa._document_frequencies()[0]
-    tokenizer, config = open_qa.tokenizer, open_qa.model.config
-    results = []
-    with torch.no_grad():
-        for start in range(0, len(questions), batch_size):
-            batch = questions[start : start + batch_size]
-            inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
-                                    return_tensors="pt"))  # fmt: skip
-            outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)
-            for index, question in enumerate(batch):
-                one = {key: value[index : index + 1] for key, value in outputs.items()}
-                results.append({"answer": open_qa.postprocess(one, top_k=1)["answer"],
-                                "features": one["features"][0, 0].tolist(),
-                                "unknown": bool(unknown_names(question, frequencies))})  # fmt: skip
-    return results
-
-
 def cmd_calibrate(args) -> int:
     import torch
     from transformers import pipeline
@@ -62,6 +38,7 @@ def cmd_calibrate(args) -> int:
     from realm_hf.evaluation.calibration import CALIBRATION_FEATURES, choose_threshold, fit_calibration
     from realm_hf.evaluation.metrics import exact_match
     from realm_hf.loading import load_open_qa
+    from realm_hf.pipelines.open_qa import answers_with_features
 
     from .evaluate import read_questions
 
@@ -80,7 +57,7 @@ def cmd_calibrate(args) -> int:
         model, retriever = load_open_qa(model_dir, args.index)
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
     open_qa._cached_calibration = None  # features, not confidences: whatever calibration.json the model has
-    results = read_features(open_qa, questions, args.batch_size)
+    results = answers_with_features(open_qa, questions, args.batch_size)
     features = torch.tensor([result["features"] for result in results])
     answerable = torch.tensor([bool(references) for references in answers])
     correct = torch.tensor([bool(references) and bool(exact_match(result["answer"], references))
@@ -89,7 +66,7 @@ def cmd_calibrate(args) -> int:
         raise InputError(f"{args.data}: the model answers {int(correct.sum())} of {len(questions)} questions right; "
                          "fitting a confidence needs at least 2 right and 2 wrong (or unanswerable) ones")  # fmt: skip
     calibration = fit_calibration(features, correct, args.features)
-    unknown = torch.tensor([result["unknown"] for result in results])
+    unknown = torch.tensor([bool(result["unknown_names"]) for result in results])  # abstained whatever the confidence
     confidences = calibration.confidence(features).masked_fill(unknown, 0.0)
     calibration.threshold, rates = choose_threshold(confidences, correct, answerable, args.max_correct_abstained)
     calibration.metadata.update({

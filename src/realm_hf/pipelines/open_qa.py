@@ -606,6 +606,29 @@ _DIGITS_CONTINUED = re.compile(r"^##\d+$")  # the "##2" of "1492" (wordpieces "1
 _ASKS_FOR_A_YEAR = re.compile(r"\b(?:what|which)\s+year\b", re.IGNORECASE)
 
 
+@torch.no_grad()
+def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_size: int = 8) -> list[dict]:
+    """Each question's best answer as `open_qa` gives it (`answer`, `evidence`), with every calibration feature
+    (`features`, in `CALIBRATION_FEATURES` order, whatever calibration the model has) and the names no document
+    mentions (`unknown_names`): what fitting a calibration reads (`realm-hf calibrate`,
+    examples/evaluate_question_sources.py)."""
+    frequencies = open_qa._document_frequencies()[0]
+    tokenizer, config = open_qa.tokenizer, open_qa.model.config
+    results = []
+    for start in range(0, len(questions), batch_size):
+        batch = questions[start : start + batch_size]
+        inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
+                                return_tensors="pt"))  # fmt: skip
+        outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)  # every feature, whatever the calibration
+        for index, question in enumerate(batch):
+            one = {key: value[index : index + 1] for key, value in outputs.items()}
+            answer = open_qa.postprocess(one, top_k=1)
+            results.append({"answer": answer["answer"], "evidence": answer["evidence"],
+                            "features": one["features"][0, 0].tolist(),
+                            "unknown_names": unknown_names(question, frequencies)})  # fmt: skip
+    return results
+
+
 def asks_for_a_number(question: str) -> bool:
     """Whether a question asks for a number: "How many ...", "How long ...", "How old ...", "In what year ...",
     "... in which year?". "When ..." does not ("When did the Renaissance begin?" -> "the 14th century" is right, and so
@@ -844,6 +867,7 @@ def _confidence_features(
 
 __all__ = [
     "OpenQAPipeline",
+    "answers_with_features",
     "asks_for_a_number",
     "asks_for_a_year",
     "document_frequencies",
