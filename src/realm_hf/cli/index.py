@@ -186,7 +186,7 @@ def cmd_eval(args) -> int:
 
     from realm_hf.retrieval.evaluation import recall_at_k
     from realm_hf.retrieval.faiss_search import FaissSearcher
-    from realm_hf.retrieval.serving import default_factory, ivf_lists
+    from realm_hf.retrieval.serving import default_factory, default_nprobe
     from realm_hf.retrieval.torch_search import ExactSearcher
 
     exact = ExactSearcher.from_index(args.index)
@@ -196,8 +196,8 @@ def cmd_eval(args) -> int:
         # By default what `index compress` would build for this index (exact search below 1,000 blocks).
         args.factory = args.factory or default_factory(exact.num_blocks, exact.dim)
         approximate = FaissSearcher.build(exact, factory=args.factory, metric=exact.metric, seed=0)
-        if args.nprobe is None and approximate.nprobe is not None:
-            args.nprobe = max(1, ivf_lists(approximate) // 4)  # as `index compress`: a quarter of the lists
+        if args.nprobe is None:
+            args.nprobe = default_nprobe(approximate)  # as `index compress`
     if args.nprobe is not None:
         approximate.nprobe = args.nprobe
     if args.ef_search is not None:

@@ -199,8 +199,8 @@ def compress_open_qa(
         searcher = FaissSearcher.load(index_dir, rerank=False)
     else:
         searcher = FaissSearcher.build(source, factory, train_size=train_size, seed=seed)
-    if nprobe is None and searcher.nprobe is not None:
-        nprobe = max(1, ivf_lists(searcher) // 4)
+    if nprobe is None:
+        nprobe = default_nprobe(searcher)
     if nprobe is not None:
         searcher.nprobe = nprobe
     searcher.rerank_factor = int(rerank_factor)
@@ -227,6 +227,11 @@ def compress_open_qa(
 
     atomic_write_bytes(output / SERVING_FILE, json.dumps(summary, indent=2).encode("utf-8"))
     return summary
+
+
+def default_nprobe(searcher: FaissSearcher) -> int | None:
+    """The IVF lists probed per query by default: a quarter of them; `None` for an index without lists."""
+    return max(1, ivf_lists(searcher) // 4) if searcher.nprobe is not None else None
 
 
 def ivf_lists(searcher: FaissSearcher) -> int:
@@ -279,4 +284,4 @@ def _sizes(output: Path) -> dict:
     return sizes
 
 
-__all__ = ["compress_open_qa", "default_factory", "is_searcher_directory", "open_searcher"]
+__all__ = ["compress_open_qa", "default_factory", "default_nprobe", "is_searcher_directory", "open_searcher"]
