@@ -597,13 +597,13 @@ NUMBER_WORDS = frozenset(
     eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion trillion
     dozen""".split()
 )
+_YEAR = r"(?:what|which)\s+year"
 _ASKS_FOR_A_NUMBER = re.compile(
-    r"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big)|(?:what|which)\s+year)\b",
-    re.IGNORECASE,
+    rf"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big)|{_YEAR})\b", re.IGNORECASE
 )
 _NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")  # a wordpiece that starts a number: not "##2" of "K2"
 _DIGITS_CONTINUED = re.compile(r"^##\d+$")  # the "##2" of "1492" (wordpieces "149", "##2")
-_ASKS_FOR_A_YEAR = re.compile(r"\b(?:what|which)\s+year\b", re.IGNORECASE)
+_ASKS_FOR_A_YEAR = re.compile(rf"\b{_YEAR}\b", re.IGNORECASE)
 
 
 @torch.no_grad()
@@ -665,12 +665,18 @@ def number_spans(
     starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
     if starts.numel() == 0:
         return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
-    continued = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], continuation_ids.to(device)), (0, 1))
+    continued = _continued(reader_ids, continuation_ids)
     numbers = torch.isin(reader_ids, digit_ids.to(device)) | (torch.isin(reader_ids, word_ids.to(device)) & ~continued)
     # numbers before each position, so that a span's count is a difference of two prefix sums
     counts = numbers.long().cumsum(-1)  # (B, R, L)
     counts = torch.nn.functional.pad(counts, (1, 0))  # counts[..., p] = numbers among positions < p
     return (counts[..., ends + 1] - counts[..., starts]) > 0
+
+
+def _continued(reader_ids: torch.Tensor, continuation_ids: torch.Tensor) -> torch.BoolTensor:
+    """`(B, R, L)`: whether the next wordpiece continues the word ("ten" before "##uous"); `False` at the end."""
+    following = torch.isin(reader_ids[..., 1:], continuation_ids.to(reader_ids.device))
+    return torch.nn.functional.pad(following, (0, 1))
 
 
 def whole_number_spans(
@@ -699,8 +705,7 @@ def whole_number_spans(
     digits = torch.isin(reader_ids, digit_continuation_ids.to(device)).long().cumsum(-1)
     digits = torch.nn.functional.pad(digits, (1, 0))  # digits[..., p] = digit continuations among positions < p
     rest = (digits[..., ends + 1] - digits[..., starts + 1]) == (ends - starts)
-    continued = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], continuation_ids.to(device)), (0, 1))
-    return first & rest & ~continued[..., ends]
+    return first & rest & ~_continued(reader_ids, continuation_ids)[..., ends]
 
 
 def unbalanced_spans(spans, bracket_ids: list[tuple[int, int]]) -> torch.BoolTensor:
