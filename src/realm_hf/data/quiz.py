@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from transformers.utils import logging
+
+from .debian import fetch_debian_packages
 
 logger = logging.get_logger(__name__)
 
@@ -283,34 +282,8 @@ def fetch_quiz_files(cache_dir: str | os.PathLike | None = None) -> Path:
             message says how to get the files by hand.
     """
     cache = Path(cache_dir) if cache_dir is not None else _default_cache()
-    directory = cache / QUIZ_DIRECTORY
-    if (directory / "index").is_file():
-        return directory
-    manual = (f"get them by hand on a Debian or Ubuntu machine: `apt-get download bsdgames && dpkg-deb -x "
-              f"bsdgames_*.deb {cache}` (run `apt-get update` first if the package is not found)")  # fmt: skip
-    for tool in ("apt-get", "dpkg-deb"):
-        if shutil.which(tool) is None:
-            raise RuntimeError(f"the bsdgames quiz files need `{tool}`, which is not on PATH; {manual}")
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as download:
-        logger.info("Downloading bsdgames with apt-get into %s", download)
-        result = subprocess.run(["apt-get", "download", "bsdgames"], cwd=download, capture_output=True, text=True)
-        packages = sorted(Path(download).glob("bsdgames_*.deb"))
-        if result.returncode != 0 or not packages:
-            raise RuntimeError(
-                f"`apt-get download bsdgames` failed (exit code {result.returncode}): {result.stderr.strip()[-500:]}; "
-                f"{manual}"
-            )
-        unpacked = Path(download) / "root"
-        result = subprocess.run(["dpkg-deb", "-x", str(packages[-1]), str(unpacked)], capture_output=True, text=True)
-        if result.returncode != 0 or not (unpacked / QUIZ_DIRECTORY / "index").is_file():
-            raise RuntimeError(f"`dpkg-deb -x {packages[-1].name}` did not give {QUIZ_DIRECTORY}/index: "
-                               f"{result.stderr.strip()[-500:]}; {manual}")  # fmt: skip
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(unpacked / QUIZ_DIRECTORY, directory)  # the quiz directory appears whole or not at all
-    return directory
+    fetch_debian_packages(["bsdgames"], [QUIZ_DIRECTORY / "index"], cache)
+    return cache / QUIZ_DIRECTORY
 
 
 # ---------------------------------------------------------------------------------------------------------------------
