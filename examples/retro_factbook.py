@@ -66,10 +66,17 @@ def parse_args(argv=None):
         help="stop a training stage at the first checkpoint after this long (resume by rerunning)",
     )
     parser.add_argument("--save-every", type=int, default=50, help="checkpoint every n training steps")
+    parser.add_argument(
+        "--corpus",
+        choices=("factbook", "bible"),
+        default="factbook",
+        help="factbook: the country pages; bible: the books of the KJV (held out) and of the World English Bible "
+        "(a second translation, in the database only)",
+    )
     parser.add_argument("--chunk-size", type=int, default=32)
     parser.add_argument("--chunks-per-sequence", type=int, default=8)
     parser.add_argument("--num-neighbors", type=int, default=2)
-    parser.add_argument("--held-out-every", type=int, default=16, help="every n-th country page is held out")
+    parser.add_argument("--held-out-every", type=int, default=16, help="every n-th page (KJV book) is held out")
     parser.add_argument("--eval-tokens", type=int, default=1024, help="evaluated tokens per held-out page")
     parser.add_argument("--max-page-tokens", type=int, default=2048,
                         help="training tokens kept per page (the frozen-BERT keys cost ~14 s per 1k chunks on 2 busy "
@@ -87,7 +94,7 @@ def parse_args(argv=None):
     parser.add_argument("--encoder-layers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--base-steps", type=int, default=250)
-    parser.add_argument("--retro-steps", type=int, default=60, help="RETRO-fitting steps")
+    parser.add_argument("--retro-steps", type=int, default=60, help="RETRO-fitting steps (0: skip the stage)")
     parser.add_argument("--scratch-steps", type=int, default=0, help="steps of RETRO from scratch (0: skip the stage)")
     parser.add_argument("--base-learning-rate", type=float, default=2e-3)
     parser.add_argument("--retro-learning-rate", type=float, default=2e-3)
@@ -102,6 +109,8 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny subset and a few steps, to check the plumbing")
     args = parser.parse_args(argv)
+    if args.corpus == "bible" and args.wiki_documents is None:
+        args.wiki_documents = 0  # the Wikipedia summaries are about other things than the Bible
     if args.smoke:
         args.base_steps, args.retro_steps, args.eval_tokens, args.held_out_every = 4, 4, 128, 4
         args.scratch_steps = min(args.scratch_steps, 4)
@@ -123,10 +132,24 @@ def save_tensors(path: Path, tensors: dict) -> None:
 
 
 def build_corpus(args, output: Path) -> dict:
-    """One document per country page, in factbook order; every `held_out_every`-th page is held out."""
+    """One document per country page, in factbook order; every `held_out_every`-th page is held out. With `--corpus
+    bible`: one document per book of the KJV, then per book of the World English Bible; every `held_out_every`-th KJV
+    book is held out, and the same book of the other translation stays a database document."""
     path = output / "corpus.json"
     if path.exists():
         return json.loads(path.read_text(encoding="utf-8"))
+    if args.corpus == "bible":
+        from realm_hf.data.bible import build_bible
+
+        kjv, web = build_bible("kjv"), build_bible("web")
+        if args.smoke:
+            kjv, web = kjv[:8], web[:8]
+        documents = [{"code": f"{book['translation']}/{book['book']}", "book": book["book"], "text": book["text"]}
+                     for book in kjv + web]  # fmt: skip
+        held_out = [index for index in range(len(kjv)) if index % args.held_out_every == args.held_out_every // 2]
+        corpus = {"documents": documents, "held_out": held_out}
+        write_json(path, corpus)
+        return corpus
     from realm_hf.data.corpora import build_factbook
 
     pages: dict[str, list[str]] = {}
@@ -378,6 +401,18 @@ def evaluate_retro(model, eval_sequences, database_chunks, num_bytes: int, seed:
             for name, (dataset, collator) in modes.items()}  # fmt: skip
 
 
+def parallel_documents(corpus: dict) -> set[int]:
+    """Database documents that tell a held-out document's book (the other translation); none for the factbook."""
+    held_out = set(corpus["held_out"])
+    books = {corpus["documents"][index].get("book") for index in held_out} - {None}
+    return {index for index, document in enumerate(corpus["documents"])
+            if index not in held_out and document.get("book") in books}  # fmt: skip
+
+
+def what_is_held_out(args) -> str:
+    return "KJV books" if args.corpus == "bible" else "factbook pages"
+
+
 def is_trained(directory: Path) -> bool:
     return (directory / "model.safetensors").exists() and (directory / "training.json").exists()
 
@@ -447,7 +482,7 @@ def main(argv=None) -> int:
             return 0
 
     # ---- RETRO-fit: frozen base + new CCA and encoder, trained with neighbours
-    if runs("retrofit") and not is_trained(retro_dir):
+    if runs("retrofit") and args.retro_steps and not is_trained(retro_dir):
         if not is_trained(base_dir):
             raise SystemExit(f"the retrofit stage needs the base model: run --stage base first ({base_dir}).")
         torch.manual_seed(args.seed)
@@ -481,15 +516,17 @@ def main(argv=None) -> int:
     if not runs("evaluate"):
         return 0
     # ---- evaluation on held-out pages
-    if not (is_trained(base_dir) and is_trained(retro_dir)):
-        raise SystemExit("the evaluate stage needs the base and retrofit stages: run them first.")
+    if not (is_trained(base_dir) and (is_trained(retro_dir) or is_trained(scratch_dir))):
+        raise SystemExit("the evaluate stage needs the base stage and the retrofit or scratch stage: run them first.")
     base = GPT2LMHeadModel.from_pretrained(base_dir).eval()
-    models = {"retrofit": RetroForCausalLM.from_pretrained(retro_dir).eval()}
-    if is_trained(scratch_dir):
-        models["scratch"] = RetroForCausalLM.from_pretrained(scratch_dir).eval()
+    models = {
+        name: RetroForCausalLM.from_pretrained(directory).eval()
+        for name, directory in (("retrofit", retro_dir), ("scratch", scratch_dir))
+        if is_trained(directory)
+    }
     main_model = args.main_model or ("scratch" if "scratch" in models else "retrofit")
     if main_model not in models:
-        raise SystemExit(f"--main-model {main_model}: that model is not trained yet ({scratch_dir}).")
+        raise SystemExit(f"--main-model {main_model}: that model is not trained yet ({output / main_model}).")
     results = {name: evaluate_retro(model, eval_sequences, database.chunks, num_bytes, args.seed)
                for name, model in models.items()}  # fmt: skip
     base_result = evaluate_bits_per_byte(base, eval_sequences, RetroCollator(database.chunks, "off"),
@@ -538,22 +575,37 @@ def main(argv=None) -> int:
         "held_out_neighbours_from_own_page": int(same_document.sum()),
         "database_chunks": len(database.chunks),
         "base_parameters": base.num_parameters(),
-        "retro_parameters": models["retrofit"].num_parameters(),
-        "retro_new_parameters": sum(
-            p.numel() for n, p in models["retrofit"].named_parameters() if RetroForCausalLM.is_retro_parameter(n)
-        ),  # fmt: skip
         "base_training": json.loads((base_dir / "training.json").read_text()),
-        "retro_training": json.loads((retro_dir / "training.json").read_text()),
         "config": {key: value for key, value in vars(args).items() if key not in ("output_dir", "stage")},
         "threads": torch.get_num_threads(),
     }
+    if "retrofit" in models:
+        summary["retro_parameters"] = models["retrofit"].num_parameters()
+        summary["retro_new_parameters"] = sum(p.numel() for n, p in models["retrofit"].named_parameters()
+                                              if RetroForCausalLM.is_retro_parameter(n))  # fmt: skip
+        summary["retro_training"] = json.loads((retro_dir / "training.json").read_text())
+    parallel = parallel_documents(corpus)
+    if parallel:
+        # The same model and held-out text, the database without the held-out books' other translation: how much of
+        # the gain comes from reading the same passage in other words, and how much from the rest of the database.
+        keep = ~torch.isin(database.chunks.document_ids, torch.tensor(sorted(parallel)))
+        subset = RetroChunks(database.chunks.tokens[keep], database.chunks.document_ids[keep],
+                             database.chunks.pad_token_id)  # fmt: skip
+        print("evaluating without the held-out books' other translation", flush=True)
+        summary["without_parallel_documents"] = {
+            name: database_scaling(model, subset, keys["database"][keep], eval_chunks, keys["eval"],
+                                   chunks_per_sequence=args.chunks_per_sequence, fractions=(1.0,),
+                                   num_neighbors=args.num_neighbors, num_bytes=num_bytes, seed=args.seed)[0]
+            for name, model in models.items()
+        }  # fmt: skip
+        summary["parallel_documents"] = [corpus["documents"][index]["code"] for index in sorted(parallel)]
     for name in ("database_timings", "wiki_timings"):
         if (output / f"{name}.json").exists():
             summary[name] = json.loads((output / f"{name}.json").read_text())
     write_json(output / "results.json", summary)
     try:
         plot_database_scaling(summary["database_scaling"], output / "database_scaling.png",
-                              title=f"RETRO ({main_model}) on held-out factbook pages")  # fmt: skip
+                              title=f"RETRO ({main_model}) on held-out {what_is_held_out(args)}")  # fmt: skip
     except ImportError as error:
         print(f"no plot: {error}")
     for name, value in bits.items():
@@ -561,6 +613,9 @@ def main(argv=None) -> int:
               f"(perplexity {summary['held_out_perplexity'][name]:.2f})")  # fmt: skip
     for entry in summary["database_scaling"]:
         print(f"database {entry['name']}: {entry['chunks']:,} chunks, gain {entry['gain']:.2%}")
+    for name, entry in summary.get("without_parallel_documents", {}).items():
+        print(f"{name} without the other translation of the held-out books: {entry['chunks']:,} chunks, gain "
+              f"{entry['gain']:.2%}")  # fmt: skip
     print(f"wrote {output / 'results.json'}")
     assert math.isfinite(bits["retrieval_on"])
     return 0

