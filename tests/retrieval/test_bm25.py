@@ -86,6 +86,46 @@ def test_document_store_with_and_without_titles(tmp_path):
     assert ids.tolist() == [[0, 1]] and scores[0, 0] == scores[0, 1] > 0
 
 
+def test_an_index_over_a_store_is_kept_on_disk_and_loaded_back(tmp_path, monkeypatch):
+    from realm_hf.retrieval.bm25 import _import_bm25s
+    from realm_hf.retrieval.document_store import DocumentStore
+
+    records = [{"title": f"T{index}", "text": text} for index, text in enumerate(TEXTS)]
+    store = DocumentStore.from_records(records, cache_dir=tmp_path / "store")
+    cache = tmp_path / "bm25"
+    built = BM25Searcher.from_documents(store, cache_dir=cache)
+    (entry,) = cache.iterdir()  # one entry, written whole (no temporary directory left)
+    assert (entry / "settings.json").is_file()
+    questions = ["capital of France", "atomic number 49", "highest mountain"]
+    expected = built.search_text(questions, k=3)
+
+    bm25s = _import_bm25s()
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("the index was rebuilt instead of loaded")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(bm25s.BM25, "index", no_rebuild)
+        loaded = BM25Searcher.from_documents(store, cache_dir=cache)
+    assert loaded.num_blocks == len(TEXTS)
+    result = loaded.search_text(questions, k=3)
+    assert torch.equal(result.ids, expected.ids) and torch.allclose(result.scores, expected.scores)
+
+    # Other settings (no titles) are another entry; a damaged entry is rebuilt, with a warning, and replaced.
+    BM25Searcher.from_documents(store, include_title=False, cache_dir=cache)
+    assert len(list(cache.iterdir())) == 2
+    for array in entry.glob("*.npy"):
+        array.write_bytes(b"not numpy")
+    rebuilt = BM25Searcher.from_documents(store, cache_dir=cache)
+    assert torch.equal(rebuilt.search_text(questions, k=3).ids, expected.ids)
+    assert torch.equal(
+        BM25Searcher.from_documents(store, cache_dir=cache).search_text(questions, k=3).ids, expected.ids
+    )
+    # A list of texts has no fingerprint: nothing is kept.
+    BM25Searcher.from_documents(TEXTS, cache_dir=tmp_path / "unused")
+    assert not (tmp_path / "unused").exists()
+
+
 FAKE_JAX = """
 from pathlib import Path
 Path(__file__).with_name("imported").write_text("yes")

@@ -1,15 +1,27 @@
 """A sparse BM25 baseline over a corpus (the `bm25s` library), returning the same `SearchResult` as the dense searchers.
 
 It searches by question text, not by embedding, so it is not a [`Searcher`]: use it to compare REALM's retrieval
-with a lexical one on the same block ids (`recall_at_k`, the evaluation scripts).
+with a lexical one on the same block ids (`recall_at_k`, the evaluation scripts), or beside a dense index in a
+`HybridSearcher`.
+
+An index over a `DocumentStore` can be kept on disk (`from_documents(store, cache_dir=...)`): it is saved under a key
+of the store's fingerprint and the BM25 settings, by `bm25s` as numpy arrays and JSON (no pickle), written whole or not
+at all, and loaded instead of rebuilt when the same documents come again (0.2 s instead of 3.5 s for the default
+model's 43,829 blocks).
 
     pip install bm25s
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,6 +95,7 @@ class BM25Searcher:
         k1: float = 1.5,
         b: float = 0.75,
         stemmer: Callable | None = None,
+        cache_dir: str | os.PathLike | None = None,
     ) -> BM25Searcher:
         """Index every document of a store, or a list of block texts.
 
@@ -99,6 +112,9 @@ class BM25Searcher:
             stemmer (`Callable`, *optional*):
                 Applied to tokens as `bm25s.tokenize` does: an object with `stemWords` (PyStemmer) or a callable
                 taking and returning a list of words. No stemming by default.
+            cache_dir (`str` or `os.PathLike`, *optional*):
+                Keep the index of a `DocumentStore` here, under a key of its fingerprint and these settings, and load
+                it from there the next time. Not used for a list of texts or with a stemmer (neither has a key).
 
         Returns:
             `BM25Searcher`: the searcher.
@@ -106,6 +122,12 @@ class BM25Searcher:
         bm25s = _import_bm25s()
         if isinstance(documents, str):
             raise TypeError("documents must be a DocumentStore or a sequence of block texts, received one str")
+        fingerprint = getattr(documents, "fingerprint", None)
+        if cache_dir is not None and stemmer is None and callable(fingerprint):
+            settings = {"fingerprint": fingerprint(), "blocks": len(documents), "include_title": include_title,
+                        "k1": k1, "b": b, "token_pattern": TOKEN_PATTERN, "stopwords": "en",
+                        "bm25s": getattr(bm25s, "__version__", "unknown")}  # fmt: skip
+            return cls._cached(documents, settings, Path(cache_dir), bm25s)
         if hasattr(documents, "block_texts"):
             ids = list(range(len(documents)))
             texts = documents.block_texts(ids) if include_title else documents.texts(ids)
@@ -120,6 +142,34 @@ class BM25Searcher:
         retriever.index(tokens, show_progress=False)
         logger.info(f"Indexed {len(texts)} blocks for BM25 ({len(tokens.vocab)} distinct tokens)")
         return cls(retriever, num_blocks=len(texts), stemmer=stemmer)
+
+    @classmethod
+    def _cached(cls, store, settings: dict, cache_dir: Path, bm25s) -> BM25Searcher:
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+        directory = cache_dir / key
+        if (directory / "settings.json").is_file():
+            try:
+                retriever = bm25s.BM25.load(str(directory), mmap=False, allow_pickle=False)
+                logger.info(f"Loaded the BM25 index of {settings['blocks']} blocks from {directory}")
+                return cls(retriever, num_blocks=settings["blocks"])
+            except (OSError, ValueError) as error:  # a damaged cache entry is rebuilt, not fatal
+                logger.warning(f"Rebuilding the BM25 index: could not read {directory} ({error})")
+        searcher = cls.from_documents(store, include_title=settings["include_title"], k1=settings["k1"],
+                                      b=settings["b"])  # fmt: skip
+        temporary = None
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            temporary = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
+            searcher.retriever.save(str(temporary), allow_pickle=False)
+            (temporary / "settings.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+            if directory.exists():
+                shutil.rmtree(directory)
+            os.replace(temporary, directory)  # the entry appears whole or not at all
+        except OSError as error:  # a read-only cache costs the next start a rebuild, nothing else
+            logger.warning(f"Could not keep the BM25 index in {cache_dir}: {error}")
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
+        return searcher
 
     @staticmethod
     def _tokenize(bm25s, texts: list[str], stemmer: Callable | None, return_ids: bool):

@@ -237,13 +237,15 @@ def searching_for(searcher, tokenizer, input_ids: torch.Tensor):
 
 
 def bm25_for_records(records):
-    """A `BM25Searcher` over block records: a document store's blocks (titles included, as the reader sees them), or
-    the records' texts."""
+    """A `BM25Searcher` over block records: a document store's blocks (titles included, as the reader sees them),
+    kept on disk under `$REALM_HF_HOME/bm25` by the store's fingerprint (built once, loaded after), or the records'
+    texts."""
+    from ..default_model import realm_hf_home
     from .bm25 import BM25Searcher
 
     store = getattr(records, "store", None)
     if store is not None and hasattr(store, "block_texts"):
-        return BM25Searcher.from_documents(store)
+        return BM25Searcher.from_documents(store, cache_dir=realm_hf_home() / "bm25")
     return BM25Searcher.from_documents(list(iter_record_texts(records)))
 
 
