@@ -673,6 +673,29 @@ def test_unknown_names_are_capitalised_question_words_no_block_holds():
     assert unknown_names("Is Zanzanryx The King of Qo and Zanzanryx?", counts) == ["Zanzanryx"]
 
 
+def test_a_stores_word_counts_are_kept_on_disk_and_read_back(tmp_path, monkeypatch):
+    from realm_hf.pipelines import open_qa as module
+    from realm_hf.retrieval.document_store import DocumentStoreBlockRecords
+
+    monkeypatch.setenv("REALM_HF_HOME", str(tmp_path / "home"))
+    store = DocumentStore.from_records([{"title": "Spain", "text": "The king of Spain is Felipe."},
+                                        {"title": "Arc", "text": "Joan of Arc, the Maid of Orleans."}],
+                                       cache_dir=tmp_path / "store")  # fmt: skip
+    records = DocumentStoreBlockRecords(store)
+    expected = module.document_frequencies(["Spain: The king of Spain is Felipe.",
+                                            "Arc: Joan of Arc, the Maid of Orleans."])  # fmt: skip
+    assert module.stored_document_frequencies(records) == expected
+    (written,) = (tmp_path / "home" / "word_counts").iterdir()
+    assert written.name == f"{store.fingerprint()}-titles.json"
+    with monkeypatch.context() as patched:
+        patched.setattr(module, "document_frequencies", lambda texts: pytest.fail("counted again instead of read"))
+        assert module.stored_document_frequencies(records) == expected
+    assert module.stored_document_frequencies(DocumentStoreBlockRecords(store, include_title=False))[0]["spain"] == 1
+    written.write_text("{not json")  # a damaged file is counted again and replaced
+    assert module.stored_document_frequencies(records) == expected
+    assert json.loads(written.read_text())["blocks"] == 2
+
+
 def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):
     calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
     known, unknown = "What is the capital of France?", "What is the capital of Zanzanryx?"
