@@ -33,6 +33,12 @@ pickle) and resume from the last checkpoint; `--max-minutes` stops a stage clean
 as several commands. The data order depends only on the seed and the step, so a resumed run trains on what an
 uninterrupted one would.
 
+With `--corpus bible` the documents are the 66 books of the King James Version and the 66 of the World English Bible
+(`realm_hf.data.bible`, from Debian packages fetched at run time); every `--held-out-every`-th KJV book is held out
+and the other translation of it stays in the database, so retrieval can read the held-out text's content in other
+words. `results.json` then also has `without_parallel_documents`: each RETRO model's gain with those other
+translations taken out of the database.
+
 Bits per byte = summed next-token loss / ln 2 / UTF-8 bytes of the original text those tokens cover (each evaluation
 window's first token is context only and its bytes are not counted). The tokenizer is uncased, which every mode shares.
 """
