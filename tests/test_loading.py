@@ -162,6 +162,20 @@ def test_a_searcher_object_replaces_the_index(demo_dir, index_layout):
     _assert_same(_answers(open_qa), expected)
 
 
+def test_half_precision_weights_load_as_float32_with_the_same_values(index_layout, tmp_path):
+    # The default model ships fp16 weights: loaded as fp32 (fp16 products are slow on CPUs), converted while loading.
+    half = tmp_path / "half"
+    shutil.copytree(index_layout, half)
+    RealmForOpenQA.from_pretrained(index_layout).half().save_pretrained(half)
+    assert json.loads((half / "config.json").read_text())["dtype"] == "float16"
+    model, _ = load_open_qa(half)
+    assert model.dtype == torch.float32
+    expected = RealmForOpenQA.from_pretrained(half, dtype=torch.float16).float().state_dict()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+    assert load_open_qa(half, dtype=torch.float16)[0].dtype == torch.float16  # asked for, kept
+
+
 def test_the_4x_retriever_is_one_flag_away_and_answers_alike(demo_dir):
     found = find_retrieval(demo_dir, pretokenized=False)
     assert isinstance(found.retriever, RealmRetriever) and found.searcher is None
