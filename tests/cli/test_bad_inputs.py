@@ -50,10 +50,15 @@ def inputs(tmp_path_factory, demo_dir):
         "wrong.tsv": b"foo\tbar\n1\t2\n",
         "empty.csv": b"",
         "broken.parquet": b"PAR1 not really parquet",
-        "notes.txt": b"Paris is the capital of France.\n",
+        "notes.docx": b"PK not really a document",
+        "latin1.txt": b"Paris is the capital.\n\nCaf\xe9 au lait.\n",
+        "blank.md": b"# Only a heading\n\n   \n",
+        "mixed/notes.md": b"# Notes\n\nParis is the capital of France.\n",
+        "mixed/rows.jsonl": GOOD.encode(),
         "qa-broken.jsonl": b'{"question": "q?", "answers": ["a"]}\n{"question": "r?",\n',
     }
     for name, data in files.items():
+        (root / name).parent.mkdir(exist_ok=True)
         (root / name).write_bytes(data)
     # A finished index over good.jsonl, and copies of it damaged in one part each.
     finished = root / "finished"
@@ -162,8 +167,16 @@ CLI_CASES = [
      None, 1, "empty.csv could not be read as csv"),
     ("build-broken-parquet", ["index", "build", "--model", "{demo}", "--corpus", "{in}/broken.parquet", "--output",
                               "{out}"], None, 1, "broken.parquet could not be read as parquet"),
-    ("build-unknown-suffix", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notes.txt", "--output",
-                              "{out}"], None, 1, "notes.txt: expected a file ending in one of"),
+    ("build-unknown-suffix", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notes.docx", "--output",
+                              "{out}"], None, 1, "notes.docx: expected a file ending in one of"),
+    ("build-latin1-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/latin1.txt", "--output", "{out}"],
+     None, 1, "latin1.txt: expected UTF-8 text, received a byte that is not UTF-8 at byte offset 26"),
+    ("build-text-without-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/blank.md", "--output",
+                                 "{out}"], None, 1, "blank.md': expected text, found only blank lines"),
+    ("build-directory-of-rows", ["index", "build", "--model", "{demo}", "--corpus", "{in}/mixed", "--output",
+                                 "{out}"], None, 1, "found notes.md, rows.jsonl there. Pass files of rows one at a time"),
+    ("build-negative-max-words", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
+                                  "{out}", "--max-words", "-1"], None, 2, "--max-words"),
     ("build-missing-corpus", ["index", "build", "--model", "{demo}", "--corpus", "{in}/missing.jsonl", "--output",
                               "{out}"], None, 1, "missing.jsonl' does not exist"),
     ("build-no-such-model", ["index", "build", "--model", "./no-such-model", "--corpus", "{in}/good.jsonl",

@@ -2,15 +2,18 @@
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import add_device_argument, positive_int, resolve_device
+from .arguments import add_device_argument, non_negative_int, positive_int, resolve_device
 
 # The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
 # torch, and parsers must not).
 DOCUMENTS_DIR = "documents"
+# As `realm_hf.retrieval.passages.DEFAULT_MAX_WORDS` (not imported, for the same reason).
+DEFAULT_MAX_WORDS = 120
 HELP = """\
 An index directory holds the block embeddings (index.json + safetensors shards) and, under documents/, the corpus
 they were computed from. Block ids are stable: adding documents appends ids and never renumbers.
@@ -28,22 +31,58 @@ its share of the shards. An interrupted `build` resumes where it stopped when ru
 """
 
 
-def open_corpus(path: str):
-    """A `DocumentStore` from a saved store directory, a block_records file (.npy / .safetensors), or
-    JSONL / CSV / TSV / Parquet with `text` and optional `title` columns."""
-    from realm_hf.retrieval.document_store import DocumentStore
+def open_corpus(path: str, max_words: int | None = None):
+    """A `DocumentStore` from a saved store directory, a block_records file (.npy / .safetensors), JSONL / CSV / TSV /
+    Parquet with `text` and optional `title` columns, a .txt or Markdown file, or a directory of .txt / Markdown files
+    (one document per paragraph); with `max_words`, texts longer than that are split into passages."""
+    from realm_hf.errors import FileFormatError, MissingFileError
+    from realm_hf.retrieval.document_import import FILE_FORMATS
+    from realm_hf.retrieval.document_store import MANIFEST_NAME, DocumentStore
+    from realm_hf.retrieval.passages import TEXT_SUFFIXES, read_text_files, split_long_documents
 
     location = Path(path)
     if location.is_dir():
         nested = location / DOCUMENTS_DIR
-        return DocumentStore.load(nested if nested.is_dir() else location)
-    if location.name.startswith("block_records") or location.suffix in (".npy", ".safetensors"):
-        return DocumentStore.from_block_records(location)
-    if not location.is_file():
-        from realm_hf.errors import MissingFileError
-
+        if nested.is_dir() or (location / MANIFEST_NAME).is_file():
+            store = DocumentStore.load(nested if nested.is_dir() else location)
+        else:
+            files = sorted(file for file in location.rglob("*") if file.is_file() and not file.name.startswith("."))
+            texts = [file for file in files if file.suffix.lower() in TEXT_SUFFIXES]
+            tables = [file for file in files if file.suffix.lower() in FILE_FORMATS]
+            if tables or not texts:
+                found = ", ".join(file.name for file in files[:5]) + (", ..." if len(files) > 5 else "") or "no files"
+                raise FileFormatError(
+                    f"corpus {path!r}: expected one file of rows ({'/'.join(sorted(FILE_FORMATS))}), a directory of "
+                    f"text files ({'/'.join(TEXT_SUFFIXES)}) or a saved document store; found {found} there. Pass "
+                    "files of rows one at a time: `index build` with the first, `index add` with each other one",
+                    path=location,
+                )  # fmt: skip
+            store = _text_store(read_text_files(texts), path)
+    elif location.name.startswith("block_records") or location.suffix in (".npy", ".safetensors"):
+        store = DocumentStore.from_block_records(location)
+    elif not location.is_file():
         raise MissingFileError(f"corpus {path!r} does not exist (expected a file or a saved document store)")
-    return DocumentStore.from_file(location)
+    elif location.suffix.lower() in TEXT_SUFFIXES:
+        store = _text_store(read_text_files([location]), path)
+    else:
+        store = DocumentStore.from_file(location)
+    if not max_words:
+        return store
+    passages = split_long_documents(store, max_words)
+    if passages is not store:
+        print(f"note: {len(store)} documents -> {len(passages)} passages: texts longer than {max_words} words are "
+              "split at sentence ends (--max-words; 0 keeps them whole, and the model then reads only their first "
+              "~200 words)", file=sys.stderr)  # fmt: skip
+    return passages
+
+
+def _text_store(documents: list[dict], path: str):
+    from realm_hf.errors import FileFormatError
+    from realm_hf.retrieval.document_store import DocumentStore
+
+    if not documents:
+        raise FileFormatError(f"corpus {path!r}: expected text, found only blank lines", path=path)
+    return DocumentStore.from_records(documents)
 
 
 def _default_model(model: str | None) -> str:
@@ -90,7 +129,7 @@ def cmd_build(args) -> int:
                               "new one, or an unfinished build to resume)", path=output)  # fmt: skip
     refuse_finished_index(output)
     # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
-    store = open_corpus(args.corpus)
+    store = open_corpus(args.corpus, args.max_words)
     if len(store) == 0:
         raise FileFormatError(f"corpus {args.corpus}: expected at least one document with a text, found none",
                               path=args.corpus)  # fmt: skip
@@ -124,6 +163,19 @@ def cmd_build(args) -> int:
     return 0
 
 
+def _without_passage_columns_the_index_lacks(store, index: Path):
+    """`store` without the `source_id` / `passage` columns that splitting added, where the index's own documents have
+    none (an index built from short documents): the passages keep their titles, and the appended rows fit."""
+    from realm_hf.retrieval.document_store import MANIFEST_NAME, DocumentStore
+
+    manifest = index / DOCUMENTS_DIR / MANIFEST_NAME
+    if not manifest.is_file():
+        return store  # not an index: add_documents says what is wrong
+    existing = set(json.loads(manifest.read_text(encoding="utf-8")).get("columns", []))
+    extra = [name for name in ("source_id", "passage") if name in store.column_names and name not in existing]
+    return DocumentStore(store.dataset.remove_columns(extra)) if extra else store
+
+
 def cmd_add(args) -> int:
     from realm_hf.errors import MissingFileError
     from realm_hf.retrieval.distributed import process_state
@@ -132,8 +184,9 @@ def cmd_add(args) -> int:
     if not Path(args.index).is_dir():
         raise MissingFileError(f"--index {args.index!r}: no such directory (expected an index written by `realm-hf "
                                "index build`)")  # fmt: skip
+    documents = _without_passage_columns_the_index_lacks(open_corpus(args.corpus, args.max_words), Path(args.index))
     embedder, tokenizer = _load_embedder(args.model, args.device)
-    new_ids = add_documents(embedder, tokenizer, args.index, open_corpus(args.corpus), batch_size=args.batch_size,
+    new_ids = add_documents(embedder, tokenizer, args.index, documents, batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
     if process_state().is_main_process:
         print(f"added {len(new_ids)} blocks with ids {new_ids.start}..{new_ids.stop - 1}; index now holds "
@@ -230,12 +283,17 @@ def add_parser(subparsers) -> None:
     build = commands.add_parser("build", help="embed a corpus into a new index (resumable, data-parallel)")
     build.add_argument("--model", help="REALM embedder or open-QA checkpoint (directory or repo id); default: the "
                                        "default model")  # fmt: skip
-    build.add_argument("--corpus", required=True, help="JSONL/CSV/TSV/Parquet with text[,title], block_records.npy/"
-                                                        ".safetensors, or a saved document store")  # fmt: skip
+    build.add_argument("--corpus", required=True, help="JSONL/CSV/TSV/Parquet with text[,title], a .txt or Markdown "
+                                                        "file or a directory of them (a document per paragraph), "
+                                                        "block_records.npy/.safetensors, or a saved document "
+                                                        "store")  # fmt: skip
     build.add_argument("--output", required=True, help="index directory (resumes if it holds a partial build)")
     build.add_argument("--shard-size", type=positive_int, default=16384, help="blocks per shard (default: 16384)")
     build.add_argument("--batch-size", type=positive_int, default=64, help="blocks per forward pass (default: 64)")
     build.add_argument("--max-length", type=positive_int, default=288, help="wordpieces per block (default: 288)")
+    build.add_argument("--max-words", type=non_negative_int, default=DEFAULT_MAX_WORDS,
+                       help=f"split longer texts into passages of at most this many words, at sentence ends "
+                            f"(default: {DEFAULT_MAX_WORDS}; 0: keep every text whole)")  # fmt: skip
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_argument(build, "embedding", "auto")
     add_precision_argument(build, "embedding")
@@ -245,6 +303,8 @@ def add_parser(subparsers) -> None:
     add.add_argument("--index", required=True, help="an index directory made by `index build`")
     add.add_argument("--model", help="the model the index was built with (default: the default model)")
     add.add_argument("--corpus", required=True, help="the NEW documents (same formats as build)")
+    add.add_argument("--max-words", type=non_negative_int, default=DEFAULT_MAX_WORDS,
+                     help=f"as for build (default: {DEFAULT_MAX_WORDS})")  # fmt: skip
     add.add_argument("--batch-size", type=positive_int, default=64)
     add.add_argument("--quiet", action="store_true")
     add_device_argument(add, "embedding", "auto")

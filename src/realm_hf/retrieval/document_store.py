@@ -347,8 +347,9 @@ class DocumentStore:
             file_format = FILE_FORMATS.get(suffixes[-1] if suffixes else "")
             if file_format is None:
                 raise FileFormatError(
-                    f"{source_name}: expected a file ending in one of {sorted(FILE_FORMATS)} (optionally compressed), "
-                    "(rename it; in Python, file_format='jsonl', 'csv', 'tsv' or 'parquet' reads it as one)"
+                    f"{source_name}: expected a file ending in one of {sorted(FILE_FORMATS)} (optionally compressed); "
+                    "if it holds rows in one of those formats under another name, pass file_format='jsonl', 'csv', "
+                    "'tsv' or 'parquet'"
                 )
         if file_format not in ("jsonl", "csv", "tsv", "parquet"):
             raise ValueError(f"file_format: expected 'jsonl', 'csv', 'tsv' or 'parquet', received {file_format!r}")

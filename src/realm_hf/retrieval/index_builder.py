@@ -173,7 +173,8 @@ def build_index(
         documents (`DocumentStore` or `Sequence[str]`): the corpus; block ids are positions.
         output_dir (`str` or `Path`): the index directory.
         shard_size (`int`, defaults to 16384): blocks per shard, the unit of resumption and of data parallelism.
-        batch_size (`int`, defaults to 64), max_length (`int`, defaults to 288): embedding batches and truncation.
+        batch_size (`int`, defaults to 64), max_length (`int`, defaults to 288): embedding batches and truncation
+            (at most the model's `max_position_embeddings`).
         provenance (`dict`, *optional*): recorded in the manifest (e.g. the model and corpus used).
         progress (`bool`, defaults to `True`): show a progress bar per rank.
         precision (`str`, defaults to "fp32"): "bf16" embeds under bf16 autocast (embeddings stored in fp32);
@@ -189,6 +190,8 @@ def build_index(
     directory = Path(output_dir)
     num_blocks = len(documents)
     dim = embedder.config.retriever_proj_size
+    # A block never holds more wordpieces than the model has positions (the demo model has 128, REALM 512).
+    max_length = min(max_length, getattr(embedder.config, "max_position_embeddings", max_length))
     settings = {"num_blocks": num_blocks, "dim": dim, "shard_size": shard_size, "max_length": max_length,
                 "batch_size": batch_size, "provenance": provenance or {}}  # fmt: skip
 
@@ -315,6 +318,12 @@ def add_documents(embedder, tokenizer, index_dir: str | Path, documents, *, batc
             f"{directory} is inconsistent: {len(store)} documents but {num_blocks} embedded blocks", path=directory
         )
     new = documents if isinstance(documents, DocumentStore) else DocumentStore.from_records(documents)
+    unknown = sorted(set(new.column_names) - set(store.column_names))
+    if unknown:  # checked before anything is embedded: the append at the end would refuse them
+        raise InputError(
+            f"the new documents have column(s) {unknown} that the index's documents lack; expected columns among "
+            f"{store.column_names}: drop those columns, or build a new index over all the documents"
+        )
     _warn_about_repeats(store, new)
     new_ids = add_to_index(embedder, tokenizer, new, directory, batch_size=batch_size, progress=progress)
     state = process_state()

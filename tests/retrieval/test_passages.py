@@ -1,0 +1,121 @@
+"""A user's documents as passages: long texts split at sentence ends, .txt and Markdown files read, and the command
+line building an index from them (nothing past the reader's window is lost)."""
+
+import json
+
+import pytest
+
+from realm_hf.cli import index as cli_index
+from realm_hf.cli.main import main
+from realm_hf.demo import ensure_demo_model
+from realm_hf.retrieval import passages
+from realm_hf.retrieval.document_store import DocumentStore
+
+
+def test_split_text_packs_whole_sentences_and_cuts_only_overlong_ones():
+    assert passages.split_text("One two. Three four five. Six.", 4) == ["One two.", "Three four five. Six."]
+    short = "  Short text,\n kept   as written. "
+    assert passages.split_text(short, 10) == [short]
+    # A sentence longer than the limit is cut into even parts; paragraphs end sentences too.
+    words = " ".join(f"w{index}" for index in range(10))
+    assert passages.split_text(f"{words}.\n\nnext paragraph here", 4) == [
+        "w0 w1 w2", "w3 w4 w5 w6", "w7 w8 w9.", "next paragraph here"]  # fmt: skip
+    assert passages.split_text('He said "Stop." Then he left. 3 cats came.', 6) == [
+        'He said "Stop." Then he left.', "3 cats came."]  # fmt: skip
+    with pytest.raises(ValueError, match="max_words must be at least 1, received 0"):
+        passages.split_text("a b", 0)
+
+
+def test_long_documents_become_passages_that_lead_back_to_their_document(tmp_path):
+    sentences = [f"Sentence number {index} is here." for index in range(30)]  # 4 words each
+    store = DocumentStore.from_records(
+        [{"title": "Short", "text": "Nothing to split.", "url": "a"},
+         {"title": "Long", "text": " ".join(sentences), "url": "b"}],
+        cache_dir=tmp_path,
+    )  # fmt: skip
+    assert passages.split_long_documents(store, max_words=200) is store  # nothing longer: the same store
+    split = passages.split_long_documents(store, max_words=10)
+    rows = list(split)
+    assert [row["id"] for row in rows] == list(range(len(rows)))  # blocks are numbered by position
+    assert rows[0] == {"id": 0, "title": "Short", "text": "Nothing to split.", "url": "a", "source_id": 0,
+                       "passage": 0}  # fmt: skip
+    long = rows[1:]
+    assert {row["title"] for row in long} == {"Long"} and {row["url"] for row in long} == {"b"}
+    assert {row["source_id"] for row in long} == {1} and [row["passage"] for row in long] == list(range(15))
+    assert " ".join(row["text"] for row in long) == " ".join(sentences)  # every word kept, in order
+    assert all(len(row["text"].split()) <= 10 for row in long)
+
+
+def test_text_and_markdown_files_become_titled_paragraphs(tmp_path):
+    (tmp_path / "warranty_terms.txt").write_text("The warranty lasts\nthree years.\n\n\nIt covers the heater.\n")
+    (tmp_path / "manual.md").write_text(
+        "Intro text.\n# K-300\n\nA kettle.\n\n## Descaling ##\nEvery 4 weeks.\n\n### \n", encoding="utf-8"
+    )
+    documents = passages.read_text_files([tmp_path / "warranty_terms.txt", tmp_path / "manual.md"])
+    assert [(d["title"], d["text"]) for d in documents] == [
+        ("warranty terms", "The warranty lasts three years."),
+        ("warranty terms", "It covers the heater."),
+        ("manual", "Intro text."),
+        ("manual: K-300", "A kettle."),
+        ("manual: Descaling", "Every 4 weeks."),
+    ]
+    assert documents[0]["source"] == str(tmp_path / "warranty_terms.txt")
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    return ensure_demo_model(tmp_path_factory.mktemp("demo"))
+
+
+def test_index_build_reads_a_folder_of_notes_and_splits_a_long_row(demo_dir, tmp_path, capsys):
+    assert cli_index.DEFAULT_MAX_WORDS == passages.DEFAULT_MAX_WORDS  # the parser's copy of the default
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "france.md").write_text("# France\n\nParis is the capital of France.\n", encoding="utf-8")
+    (notes / "japan.txt").write_text("Tokyo is the capital of Japan.\n", encoding="utf-8")
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(notes), "--output",
+                 str(tmp_path / "notes-index"), "--quiet"]) == 0  # fmt: skip
+    store = DocumentStore.load(tmp_path / "notes-index" / "documents")
+    assert [(row["title"], row["text"]) for row in store] == [("france: France", "Paris is the capital of France."),
+                                                              ("japan", "Tokyo is the capital of Japan.")]  # fmt: skip
+
+    filler = " ".join(f"Belt {index} was checked." for index in range(100))
+    rows = tmp_path / "handbook.jsonl"
+    rows.write_text(json.dumps({"title": "Handbook", "text": f"{filler} The fire marshal is Henrik Berg."}) + "\n")
+    capsys.readouterr()
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(rows), "--output",
+                 str(tmp_path / "handbook-index"), "--quiet"]) == 0  # fmt: skip
+    assert "note: 1 documents -> 4 passages" in capsys.readouterr().err
+    store = DocumentStore.load(tmp_path / "handbook-index" / "documents")
+    assert store[-1]["text"].endswith("The fire marshal is Henrik Berg.")  # the end of the row is in a block
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(rows), "--output",
+                 str(tmp_path / "whole-index"), "--quiet", "--max-words", "0"]) == 0  # fmt: skip
+    assert len(DocumentStore.load(tmp_path / "whole-index" / "documents")) == 1
+
+
+def test_adding_long_documents_to_an_index_of_short_ones(demo_dir, tmp_path, capsys):
+    short = tmp_path / "short.jsonl"
+    short.write_text(json.dumps({"title": "Kenya", "text": "Nairobi is the capital of Kenya."}) + "\n")
+    index = tmp_path / "index"
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(short), "--output", str(index),
+                 "--quiet"]) == 0  # fmt: skip
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"title": "Peru", "text": " ".join(["Lima is the capital of Peru."] * 40)}) + "\n")
+    # The passages lose the columns the index's documents lack, and keep their title.
+    assert main(["index", "add", "--index", str(index), "--model", str(demo_dir), "--corpus", str(long),
+                 "--quiet"]) == 0  # fmt: skip
+    store = DocumentStore.load(index / "documents")
+    assert store.column_names == ["id", "title", "text"] and len(store) == 1 + 2  # 240 words
+    assert {row["title"] for row in list(store)[1:]} == {"Peru"}
+    # Through the API, a column the index lacks is refused before anything is embedded: the index stays whole.
+    from transformers import AutoTokenizer
+
+    import realm_hf.retrieval.index_builder as builder
+    from realm_hf import RealmEmbedder
+    from realm_hf.errors import InputError
+    from realm_hf.retrieval.index_files import read_manifest
+
+    embedder, tokenizer = RealmEmbedder.from_pretrained(demo_dir), AutoTokenizer.from_pretrained(demo_dir)
+    with pytest.raises(InputError, match=r"column\(s\) \['url'\] that the index's documents lack"):
+        builder.add_documents(embedder, tokenizer, index, [{"title": "x", "text": "y", "url": "z"}], progress=False)
+    assert read_manifest(index)["num_blocks"] == len(DocumentStore.load(index / "documents")) == 3
