@@ -79,6 +79,15 @@ def test_index_build_reads_a_folder_of_notes_and_splits_a_long_row(demo_dir, tmp
     assert [(row["title"], row["text"]) for row in store] == [("france: France", "Paris is the capital of France."),
                                                               ("japan", "Tokyo is the capital of Japan.")]  # fmt: skip
 
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text(
+        "".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in [("A", "a"), ("B", " "), ("C", "")])
+    )
+    capsys.readouterr()
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(blank), "--output",
+                 str(tmp_path / "blank-index"), "--quiet"]) == 0  # fmt: skip
+    assert "note: 2 documents have no text (ids 1, 2)" in capsys.readouterr().err
+
     filler = " ".join(f"Belt {index} was checked." for index in range(100))
     rows = tmp_path / "handbook.jsonl"
     rows.write_text(json.dumps({"title": "Handbook", "text": f"{filler} The fire marshal is Henrik Berg."}) + "\n")

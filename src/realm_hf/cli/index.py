@@ -66,6 +66,12 @@ def open_corpus(path: str, max_words: int | None = None):
         store = _text_store(read_text_files([location]), path)
     else:
         store = DocumentStore.from_file(location)
+    blank = [start + offset for start, _, texts in store.iter_batches(10_000)
+             for offset, text in enumerate(texts) if not text.strip()]  # fmt: skip
+    if blank:
+        shown = ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else "")
+        print(f"note: {len(blank)} documents have no text (ids {shown}): they are indexed as their title alone",
+              file=sys.stderr)  # fmt: skip
     if not max_words:
         return store
     passages = split_long_documents(store, max_words)

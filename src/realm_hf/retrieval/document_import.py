@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,12 +147,15 @@ def record_batches(
     source_name: str,
     batch_size: int,
     columns: Sequence[str] | None = None,
+    locate: Callable[[int], str] | None = None,
 ) -> Iterator[dict[str, list]]:
     """Turns dict records into column batches (`title`, `text`, `source_id`, other keys).
 
     The other columns are the keys of the first record (as `datasets.Dataset.from_list` does), or `columns` when
-    given; a later record with a key outside them raises, a missing one becomes `None`.
+    given; a later record with a key outside them raises, a missing one becomes `None`. Errors name a record as
+    `locate(index)` says (`"line 4"` for a file), by default `"record {index}"` (0-based, as in the input sequence).
     """
+    where = locate or (lambda index: f"record {index}")
     batch: dict[str, list] | None = None
     other_columns: list[str] | None = list(columns) if columns is not None else None
     known_keys: set[str] = set()
@@ -162,7 +165,7 @@ def record_batches(
     for index, record in enumerate(records):
         if not isinstance(record, Mapping):
             raise FileFormatError(
-                f"{source_name}: expected record {index} to be a dict, received {type(record).__name__}"
+                f"{source_name}: expected {where(index)} to be a dict, received {type(record).__name__}"
             )
         if other_columns is None:
             other_columns = [key for key in record if key not in (text_column, title_column, id_column)]
@@ -178,23 +181,23 @@ def record_batches(
         if not isinstance(text, str):
             if text_column not in record:
                 raise FileFormatError(
-                    f"{source_name}: record {index} has no text; expected a {text_column!r} field, found fields "
+                    f"{source_name}: {where(index)} has no text; expected a {text_column!r} field, found fields "
                     f"{sorted(map(str, record))}"
                 )
             raise FileFormatError(
-                f"{source_name}: record {index} field {text_column!r}: expected str, received {type(text).__name__}"
+                f"{source_name}: {where(index)} field {text_column!r}: expected str, received {type(text).__name__}"
             )
         title = record.get(title_column) if title_column is not None else None
         if title is None:
             title = ""
         elif not isinstance(title, str):
             raise FileFormatError(
-                f"{source_name}: record {index} field {title_column!r}: expected str or None, received "
+                f"{source_name}: {where(index)} field {title_column!r}: expected str or None, received "
                 f"{type(title).__name__}"
             )
         if not known_keys.issuperset(record):
             raise FileFormatError(
-                f"{source_name}: record {index} has field(s) {sorted(map(str, set(record) - known_keys))} that the "
+                f"{source_name}: {where(index)} has field(s) {sorted(map(str, set(record) - known_keys))} that the "
                 f"first record lacks; expected fields among {sorted(known_keys)}"
             )
         batch["title"].append(title)
@@ -202,7 +205,7 @@ def record_batches(
         if id_column is not None:
             if id_column not in record:
                 raise FileFormatError(
-                    f"{source_name}: record {index}: expected an id field {id_column!r}, found fields "
+                    f"{source_name}: {where(index)}: expected an id field {id_column!r}, found fields "
                     f"{sorted(map(str, record))}"
                 )
             batch[SOURCE_ID_COLUMN].append(record[id_column])
@@ -287,9 +290,10 @@ def _is_utf8(value: pa.Scalar) -> bool:
     return True
 
 
-def read_jsonl(path: Path, source_name: str) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: Path, source_name: str, position: dict | None = None) -> Iterator[dict[str, Any]]:
     """The records of a JSON Lines file (blank lines skipped); a line that is not UTF-8 or not a JSON object raises
-    `FileFormatError` naming the line (and, for bad bytes, the byte offset in the file)."""
+    `FileFormatError` naming the line (and, for bad bytes, the byte offset in the file). With `position`, its
+    `"line"` is the line number of the record last yielded, for later errors about that record."""
     offset = 0  # of the current line's first byte, in the (decompressed) file
     with pa.input_stream(str(path), compression="detect") as raw:
         for line_number, raw_line in enumerate(io.BufferedReader(raw), start=1):
@@ -318,6 +322,8 @@ def read_jsonl(path: Path, source_name: str) -> Iterator[dict[str, Any]]:
                     f"JSON {type(record).__name__}",
                     path=path, location=f"line {line_number}",
                 )  # fmt: skip
+            if position is not None:
+                position["line"] = line_number
             yield record
 
 

@@ -400,7 +400,8 @@ class DocumentStore:
         path: Path, text_column: str, title_column: str | None, id_column: str | None, source_name: str,
         batch_size: int,
     ) -> Iterator[dict[str, list]]:  # fmt: skip
-        records = read_jsonl(path, source_name)
+        position = {"line": 0}
+        records = read_jsonl(path, source_name, position)
         first = next(records, None)
         if first is None:
             return
@@ -420,7 +421,8 @@ class DocumentStore:
             yield first
             yield from records
 
-        yield from record_batches(all_records(), text_column, title_column, id_column, source_name, batch_size)
+        yield from record_batches(all_records(), text_column, title_column, id_column, source_name, batch_size,
+                                  locate=lambda index: f"line {position['line']}")  # fmt: skip
 
     # -- persistence ---------------------------------------------------------------------------------------------
 
