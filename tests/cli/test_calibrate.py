@@ -54,6 +54,19 @@ def test_calibrate_writes_a_calibration_that_ask_reads(model_dir, tmp_path, caps
     assert all(0.0 <= answer["confidence"] <= 1.0 for answer in answers)
     assert answers[1]["abstained"] is True  # a name no document mentions
 
+    # A second fit keeps the first as calibration.previous.json.
+    first = (model_dir / "calibration.json").read_text()
+    assert main(["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "dev.jsonl")]) == 0
+    assert (model_dir / "calibration.previous.json").read_text() == first
+    assert "previous calibration is now" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_the_default_model(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("REALM_HF_DEFAULT_MODEL", str(model_dir))
+    (tmp_path / "dev.jsonl").write_text('{"question": "q?", "answers": ["a"]}\n', encoding="utf-8")
+    assert main(["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "dev.jsonl")]) == 2
+    assert "is the default model" in capsys.readouterr().err.strip().splitlines()[-1]
+
 
 @pytest.mark.parametrize(
     ("rows", "argv", "message"),

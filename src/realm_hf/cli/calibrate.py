@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -49,6 +50,13 @@ def cmd_calibrate(args) -> int:
     model_dir = Path(model_location(args.model))
     if not model_dir.is_dir():
         raise UsageError(f"--model {args.model!r}: expected a local model directory to write calibration.json into")
+    from realm_hf.default_model import default_model_dir
+
+    default = default_model_dir()
+    if default is not None and model_dir.resolve() == Path(default).resolve():
+        raise UsageError(f"--model {args.model!r} is the default model, whose calibration every `realm-hf ask` "
+                         f"without --model reads: copy it first (cp -r {args.model} my-model) and calibrate the "
+                         "copy (--model my-model)")  # fmt: skip
     try:
         questions, answers, _ = read_questions(args.data)
     except (OSError, ValueError) as error:
@@ -73,6 +81,13 @@ def cmd_calibrate(args) -> int:
         "fitted_by": "realm-hf calibrate", "data": str(args.data), "index": args.index, "questions": len(questions),
         "answerable": int(answerable.sum()), "max_correct_abstained": args.max_correct_abstained, **rates,
     })  # fmt: skip
+    from realm_hf.evaluation.calibration import CALIBRATION_FILE
+
+    previous = model_dir / CALIBRATION_FILE
+    if previous.is_file():  # kept, not lost: the previous fit may have been the better one
+        kept = previous.with_name("calibration.previous.json")
+        os.replace(previous, kept)
+        print(f"note: the model's previous calibration is now {kept}", file=sys.stderr)
     path = calibration.save(model_dir)
     summary = {"calibration": str(path), "questions": len(questions), "answerable": int(answerable.sum()),
                "correct": int(correct.sum()), "threshold": calibration.threshold, **rates}  # fmt: skip
