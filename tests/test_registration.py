@@ -9,6 +9,7 @@ from conftest import tiny_config
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 import realm_hf
+import realm_hf.default_model
 from realm_hf import AutoModelForOpenQA, RealmConfig, RealmEmbedder, RealmForOpenQA, RealmKnowledgeAugEncoder
 
 
@@ -62,4 +63,21 @@ def test_the_open_qa_pipeline_task_is_registered_once():
     _, task, _ = PIPELINE_REGISTRY.check_task("open-qa")
     assert task["impl"] is OpenQAPipeline
     assert task["pt"] == (AutoModelForOpenQA,) and task["type"] == "text"
-    assert not task.get("default")  # offline: no default model to download
+    assert dict(task["default"]) == {"model": (str(realm_hf.default_model.default_model_dir()), None)}
+
+
+def test_a_pipeline_without_a_model_reads_the_installed_default_model(tmp_path, monkeypatch):
+    import pytest
+    from transformers import pipeline
+
+    import realm_hf.default_model
+    from realm_hf.demo import ensure_demo_model
+
+    demo = ensure_demo_model(tmp_path / "demo")
+    monkeypatch.setenv("REALM_HF_DEFAULT_MODEL", str(demo))  # looked up when the pipeline is made, not at import
+    open_qa = pipeline("open-qa", device="cpu")
+    assert open_qa.model.name_or_path == str(demo)
+    assert open_qa("What is the capital of France?")["answer"]
+    monkeypatch.setattr(realm_hf.default_model, "default_model_dir", lambda: None)
+    with pytest.raises(ValueError, match=r'pipeline\("open-qa"\) without model=: expected the default model'):
+        pipeline("open-qa", device="cpu")

@@ -1,6 +1,7 @@
 """The only code that touches Transformers' Auto registries and its pipeline registry. `register()` is idempotent."""
 
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping, auto_class_update
@@ -26,6 +27,29 @@ AutoModelForOpenQA = auto_class_update(
 )
 
 
+class _InstalledDefaultModel(Mapping):
+    """The "open-qa" task's default, `{"model": (directory, None)}`: the installed default model, looked up when a
+    pipeline is made without `model=` (so `$REALM_HF_DEFAULT_MODEL` set later counts); nothing is downloaded."""
+
+    def __getitem__(self, key: str):
+        if key != "model":
+            raise KeyError(key)
+        from .default_model import default_model_dir
+
+        directory = default_model_dir()
+        if directory is None:
+            raise ValueError(f'pipeline("{OPEN_QA_TASK}") without model=: expected the default model '
+                             "(models/realm-minilm-factbook, or $REALM_HF_DEFAULT_MODEL), which is not installed; "
+                             "pass model= (a model directory or Hub repo id)")  # fmt: skip
+        return str(directory), None
+
+    def __iter__(self):
+        return iter(("model",))
+
+    def __len__(self) -> int:
+        return 1
+
+
 def _push_model_to_hub(model, repo_id: str, **kwargs):
     # The card and upload code (hub.py) is imported only when a push happens.
     from .hub import push_model_to_hub
@@ -49,11 +73,12 @@ def register() -> None:
     AutoConfig.register(RetroConfig.model_type, RetroConfig, exist_ok=True)
     AutoModel.register(RetroConfig, RetroModel, exist_ok=True)
     AutoModelForCausalLM.register(RetroConfig, RetroForCausalLM, exist_ok=True)
-    # `register_pipeline` has no exist_ok (it logs "Overwriting" instead); no default model: it could not download.
+    # `register_pipeline` has no exist_ok (it logs "Overwriting" instead). The default is the installed default model.
     if OPEN_QA_TASK not in PIPELINE_REGISTRY.get_supported_tasks():
         PIPELINE_REGISTRY.register_pipeline(
-            OPEN_QA_TASK, pipeline_class=OpenQAPipeline, pt_model=AutoModelForOpenQA, type="text"
-        )
+            OPEN_QA_TASK, pipeline_class=OpenQAPipeline, pt_model=AutoModelForOpenQA,
+            default=_InstalledDefaultModel(), type="text",
+        )  # fmt: skip
 
 
 __all__ = ["AutoModelForOpenQA", "register"]
