@@ -671,6 +671,8 @@ def test_unknown_names_are_capitalised_question_words_no_block_holds():
     # lower-case words, the first word, short words, numbers, stop words and repeats are not names
     assert unknown_names("Zanzanryx rules what kingdom in 2030?", counts) == []
     assert unknown_names("Is Zanzanryx The King of Qo and Zanzanryx?", counts) == ["Zanzanryx"]
+    # abbreviations may be spelled out in the corpus ("chief executive"): not names
+    assert unknown_names("Who is the CEO of Zanzanryx, and does it have WiFi?", counts) == ["Zanzanryx"]
 
 
 def test_a_stores_word_counts_are_kept_on_disk_and_read_back(tmp_path, monkeypatch):
