@@ -128,3 +128,27 @@ def test_adding_long_documents_to_an_index_of_short_ones(demo_dir, tmp_path, cap
     with pytest.raises(InputError, match=r"column\(s\) \['url'\] that the index's documents lack"):
         builder.add_documents(embedder, tokenizer, index, [{"title": "x", "text": "y", "url": "z"}], progress=False)
     assert read_manifest(index)["num_blocks"] == len(DocumentStore.load(index / "documents")) == 3
+
+
+def test_over_section_headings_the_heading_a_question_names_is_no_answer(demo_dir, tmp_path):
+    from transformers import pipeline
+
+    from realm_hf import load_open_qa
+
+    rows = [{"title": f"Kettle manual: {section}", "text": text} for section, text in [
+        ("warranty", "The warranty lasts three years and covers the heater."),
+        ("app", "Pair the kettle with the app using the code 4417."),
+        ("cleaning", "Descale the kettle every four weeks with citric acid."),
+    ]]  # fmt: skip
+    corpus = tmp_path / "manual.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(corpus), "--output",
+                 str(tmp_path / "index"), "--quiet"]) == 0  # fmt: skip
+    model, retriever = load_open_qa(demo_dir, index=tmp_path / "index")
+    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
+    assert open_qa._titles_are_headings()
+    question = "How long does the kettle warranty last?"  # names "kettle" and "warranty", both in every title
+    answers = open_qa(question, top_k=50)
+    assert answers and all(answer["start"] >= len(answer["title"]) + 2 for answer in answers)  # after "title: "
+    kept = open_qa(question, top_k=50, exclude_named_title_spans=False)
+    assert any(answer["start"] < len(answer["title"]) for answer in kept)  # the untrained reader ranks them too
