@@ -234,8 +234,13 @@ def index_directory(index: str | os.PathLike, option: str = "--index / index=") 
         raise MissingFileError(f"{option} {str(index_dir)!r}: no such directory (expected an index directory "
                                f"written by `realm-hf index build`, holding {INDEX_MANIFEST})")  # fmt: skip
     if index_dir.is_file():
-        raise FileFormatError(f"{option} {str(index_dir)!r} is a file; expected the index directory "
-                              f"(`realm-hf index build --output`), here {str(index_dir.parent)!r}", path=index_dir)  # fmt: skip
+        if index_dir.name == INDEX_MANIFEST:
+            raise FileFormatError(f"{option} {str(index_dir)!r} is a file; expected the index directory "
+                                  f"(`realm-hf index build --output`), here {str(index_dir.parent)!r}",
+                                  path=index_dir)  # fmt: skip
+        raise FileFormatError(f"{option} {str(index_dir)!r} is a file; expected an index directory. If it holds your "
+                              "documents, build an index from it first: realm-hf index build --corpus "
+                              f"{index_dir} --output my-index, then {option} my-index", path=index_dir)  # fmt: skip
     from .retrieval.index_builder import BUILD_SETTINGS_NAME
 
     if (index_dir / BUILD_SETTINGS_NAME).is_file() or (index_dir / DOCUMENTS_DIR).is_dir():

@@ -268,3 +268,9 @@ def test_an_interrupt_inside_a_finalizer_is_delivered_again_not_lost():
             interrupt(signal.SIGINT, inspect.currentframe())  # outside a finalizer: at once
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_control_characters_from_documents_print_as_escapes():
+    from realm_hf.cli.main import _printable
+
+    assert _printable("bell\x07 nul\x00 del\x7f tab\tline\nend") == "bell\\x07 nul\\x00 del\\x7f tab\tline end"

@@ -131,6 +131,16 @@ def answer_questions(
     return results
 
 
+# C0 control characters and DEL, which a terminal would act on (a bell, a cleared line) instead of show; a tab stays,
+# a newline becomes a space (an answer and its evidence print on one line each).
+_CONTROL = {code: f"\\x{code:02x}" for code in [*range(0, 9), *range(11, 32), 127]} | {10: " "}  # one line
+
+
+def _printable(text: str) -> str:
+    """Text as the terminal should show it: control characters from the documents written as escapes."""
+    return text.translate(_CONTROL)
+
+
 def _print_answers(results: list[dict], as_json: bool) -> None:
     for result in results:
         if as_json:
@@ -148,8 +158,9 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         unsure = "(not sure) " if result.get("abstained") else ""
         unknown = result.get("unknown_names")
         unknown = f"   no document mentions {', '.join(repr(name) for name in unknown)}\n" if unknown else ""
-        print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{result['answer']}  ({score})\n{unknown}"
-              f"   evidence [block {result['block_id']}{title}]: {result['evidence']}\n")  # fmt: skip
+        print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{_printable(result['answer'])}  ({score})\n"
+              f"{unknown}   evidence [block {result['block_id']}{_printable(title)}]: "
+              f"{_printable(result['evidence'])}\n")  # fmt: skip
 
 
 def _ensure_demo_model(directory: Path | None, rebuild: bool = False) -> Path:

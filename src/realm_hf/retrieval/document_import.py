@@ -234,7 +234,7 @@ def arrow_batches(
         raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {found}")
     has_title = title_column is not None and title_column in found
     if title_column is not None and not has_title:
-        logger.warning(
+        logger.info(
             f'{source_name} has no title column {title_column!r} (found columns {found}); every title is "". Pass '
             "title_column=None to silence this."
         )

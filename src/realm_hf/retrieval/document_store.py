@@ -412,7 +412,7 @@ class DocumentStore:
         if id_column is not None and id_column not in first:
             raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {list(first)}")
         if title_column is not None and title_column not in first:
-            logger.warning(
+            logger.info(
                 f"{source_name} has no title column {title_column!r} (found columns {list(first)}); every title is "
                 f'"" (to silence this: give each row a {title_column!r} field, or in Python pass title_column=None).'
             )
