@@ -198,9 +198,11 @@ def test_from_file_rejects_unknown_formats_and_bad_rows(tmp_path):
         DocumentStore.from_file(tmp_path / "corpus.xml")
     with pytest.raises(FileNotFoundError, match="expected a jsonl file"):
         DocumentStore.from_file(tmp_path / "missing.jsonl")
-    (tmp_path / "array.json").write_text('[{"text": "a"}]')
+    (tmp_path / "array.json").write_text('[{"text": "a"}]')  # a .json array is read as records
+    assert DocumentStore.from_file(tmp_path / "array.json")[0]["text"] == "a"
+    (tmp_path / "array.jsonl").write_text('[{"text": "a"}]')  # but JSON Lines must be lines of objects
     with pytest.raises(ValueError, match="expected JSON Lines"):
-        DocumentStore.from_file(tmp_path / "array.json")
+        DocumentStore.from_file(tmp_path / "array.jsonl")
     write_parquet(tmp_path / "null.parquet", [{"text": "a"}, {"text": None}, {"text": "c"}])
     with pytest.raises(ValueError, match="row 1 has no text"):
         DocumentStore.from_file(tmp_path / "null.parquet")

@@ -102,6 +102,17 @@ def test_index_build_reads_a_folder_of_notes_and_splits_a_long_row(demo_dir, tmp
     assert len(DocumentStore.load(tmp_path / "whole-index" / "documents")) == 1
 
 
+def test_a_json_array_and_other_column_names_are_read(demo_dir, tmp_path):
+    faq = tmp_path / "faq.json"
+    faq.write_text(json.dumps([{"question": "How long is the warranty?", "answer": "3 years"},
+                               {"question": "What does E1 mean?", "answer": "Switched on empty"}], indent=1))  # fmt: skip
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(faq), "--text-column", "answer",
+                 "--title-column", "question", "--output", str(tmp_path / "faq-index"), "--quiet"]) == 0  # fmt: skip
+    store = DocumentStore.load(tmp_path / "faq-index" / "documents")
+    assert [(row["title"], row["text"]) for row in store] == [("How long is the warranty?", "3 years"),
+                                                              ("What does E1 mean?", "Switched on empty")]  # fmt: skip
+
+
 def test_adding_long_documents_to_an_index_of_short_ones(demo_dir, tmp_path, capsys):
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps({"title": "Kenya", "text": "Nairobi is the capital of Kenya."}) + "\n")

@@ -31,10 +31,11 @@ its share of the shards. An interrupted `build` resumes where it stopped when ru
 """
 
 
-def open_corpus(path: str, max_words: int | None = None):
+def open_corpus(path: str, max_words: int | None = None, text_column: str = "text", title_column: str = "title"):
     """A `DocumentStore` from a saved store directory, a block_records file (.npy / .safetensors), JSONL / CSV / TSV /
     Parquet with `text` and optional `title` columns, a .txt or Markdown file, or a directory of .txt / Markdown files
-    (one document per paragraph); with `max_words`, texts longer than that are split into passages."""
+    (one document per paragraph); with `max_words`, texts longer than that are split into passages. `text_column` and
+    `title_column` name the columns of a file of rows."""
     from realm_hf.errors import FileFormatError, MissingFileError
     from realm_hf.retrieval.document_import import FILE_FORMATS
     from realm_hf.retrieval.document_store import MANIFEST_NAME, DocumentStore
@@ -65,7 +66,7 @@ def open_corpus(path: str, max_words: int | None = None):
     elif location.suffix.lower() in TEXT_SUFFIXES:
         store = _text_store(read_text_files([location]), path)
     else:
-        store = DocumentStore.from_file(location)
+        store = DocumentStore.from_file(location, text_column=text_column, title_column=title_column)
     blank = [start + offset for start, _, texts in store.iter_batches(10_000)
              for offset, text in enumerate(texts) if not text.strip()]  # fmt: skip
     if blank:
@@ -135,7 +136,7 @@ def cmd_build(args) -> int:
                               "new one, or an unfinished build to resume)", path=output)  # fmt: skip
     refuse_finished_index(output)
     # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
-    store = open_corpus(args.corpus, args.max_words)
+    store = open_corpus(args.corpus, args.max_words, args.text_column, args.title_column)
     if len(store) == 0:
         raise FileFormatError(f"corpus {args.corpus}: expected at least one document with a text, found none",
                               path=args.corpus)  # fmt: skip
@@ -190,7 +191,9 @@ def cmd_add(args) -> int:
     if not Path(args.index).is_dir():
         raise MissingFileError(f"--index {args.index!r}: no such directory (expected an index written by `realm-hf "
                                "index build`)")  # fmt: skip
-    documents = _without_passage_columns_the_index_lacks(open_corpus(args.corpus, args.max_words), Path(args.index))
+    documents = _without_passage_columns_the_index_lacks(
+        open_corpus(args.corpus, args.max_words, args.text_column, args.title_column), Path(args.index)
+    )
     embedder, tokenizer = _load_embedder(args.model, args.device)
     new_ids = add_documents(embedder, tokenizer, args.index, documents, batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
@@ -281,6 +284,11 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def _add_column_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--text-column", default="text", help="the text column of a file of rows (default: text)")
+    parser.add_argument("--title-column", default="title", help="its title column, if any (default: title)")
+
+
 def add_parser(subparsers) -> None:
     index = subparsers.add_parser("index", help="build, extend, offload, compress and evaluate block-embedding indexes",
                                   description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -300,6 +308,7 @@ def add_parser(subparsers) -> None:
     build.add_argument("--max-words", type=non_negative_int, default=DEFAULT_MAX_WORDS,
                        help=f"split longer texts into passages of at most this many words, at sentence ends "
                             f"(default: {DEFAULT_MAX_WORDS}; 0: keep every text whole)")  # fmt: skip
+    _add_column_arguments(build)
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_argument(build, "embedding", "auto")
     add_precision_argument(build, "embedding")
@@ -311,6 +320,7 @@ def add_parser(subparsers) -> None:
     add.add_argument("--corpus", required=True, help="the NEW documents (same formats as build)")
     add.add_argument("--max-words", type=non_negative_int, default=DEFAULT_MAX_WORDS,
                      help=f"as for build (default: {DEFAULT_MAX_WORDS})")  # fmt: skip
+    _add_column_arguments(add)
     add.add_argument("--batch-size", type=positive_int, default=64)
     add.add_argument("--quiet", action="store_true")
     add_device_argument(add, "embedding", "auto")

@@ -128,6 +128,17 @@ class ArrowStoreWriter:
         self._sink.close()
 
 
+def column_hint(expected: str, found: Sequence[str]) -> str:
+    """What to do when `expected` is not among the `found` columns: the same name in another case, or a file whose
+    one column name holds separators (a CSV written with ';')."""
+    same = [name for name in found if str(name).lower() == expected.lower()]
+    if same:
+        return f" (column names are case-sensitive: rename {same[0]!r} to {expected!r}, or pass --text-column {same[0]})"
+    if len(found) == 1 and any(separator in str(found[0]) for separator in ";|"):
+        return " (the file seems separated by ';' or '|': write it with commas, or tabs in a .tsv)"
+    return ""
+
+
 def check_column_names(names: Sequence[str], id_column: str | None, source_name: str) -> None:
     reserved = {"id", "title", "text"} | ({SOURCE_ID_COLUMN} if id_column is not None else set())
     clashes = sorted(set(names) & reserved)
@@ -229,7 +240,8 @@ def arrow_batches(
     """Turns Arrow record batches (CSV or Parquet) into column batches, checking the named columns exist."""
     found = list(schema.names)
     if text_column not in found:
-        raise FileFormatError(f"{source_name}: expected a text column {text_column!r}, found columns {found}")
+        raise FileFormatError(f"{source_name}: expected a text column {text_column!r}, found columns {found}"
+                              f"{column_hint(text_column, found)}")  # fmt: skip
     if id_column is not None and id_column not in found:
         raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {found}")
     has_title = title_column is not None and title_column in found

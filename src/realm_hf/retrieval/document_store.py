@@ -55,6 +55,7 @@ from .document_import import (
     ArrowStoreWriter,
     ScratchDirectory,
     arrow_batches,
+    column_hint,
     ids_match_positions,
     read_jsonl,
     record_batches,
@@ -79,6 +80,15 @@ TITLE_SEPARATOR = ": "
 
 # The fingerprint hashes the corpus in row windows of this size, whatever the physical chunking of the files.
 _HASH_WINDOW_ROWS = 65_536
+
+
+def _is_json_array(path: Path) -> bool:
+    """Whether an uncompressed `.json` file starts (after white space) with "[": one JSON array, not JSON Lines."""
+    if Path(path).suffix.lower() != ".json":
+        return False
+    with open(path, "rb") as file:
+        start = file.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return start.startswith(b"[")
 
 
 def block_text(title: str, text: str) -> str:
@@ -369,7 +379,16 @@ class DocumentStore:
 
     @classmethod
     def _from_file(cls, path, file_format, text_column, title_column, id_column, source_name, batch_size, cache_dir):
-        if file_format == "jsonl":
+        if file_format == "jsonl" and _is_json_array(path):
+            # A .json file holding one array of objects (what json.dump of a list writes): read whole, as records.
+            try:
+                records = json.loads(Path(path).read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise FileFormatError(f"{source_name}: expected a JSON array of objects or JSON Lines, received "
+                                      f"invalid JSON ({error})", path=path) from None  # fmt: skip
+            batches = record_batches(records, text_column, title_column, id_column, source_name, batch_size,
+                                     locate=lambda index: f"array item {index}")  # fmt: skip
+        elif file_format == "jsonl":
             batches = cls._jsonl_batches(path, text_column, title_column, id_column, source_name, batch_size)
         elif file_format == "parquet":
             import pyarrow.parquet as pq
@@ -408,6 +427,7 @@ class DocumentStore:
         if text_column not in first:
             raise FileFormatError(
                 f"{source_name}: expected a text column {text_column!r}, found columns {list(first)}"
+                f"{column_hint(text_column, list(first))}"
             )
         if id_column is not None and id_column not in first:
             raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {list(first)}")
