@@ -125,6 +125,8 @@ CLI_CASES = [
     ("ask-only-punctuation", ["ask", "--model", "{demo}", "?"], None, 1,
      "expected a question in words, received only punctuation or symbols: '?'"),
     ("ask-stdin-empty", ["ask", "--model", "{demo}"], b"", 2, "received nothing (empty input)"),
+    ("build-misspelt-required-option", ["index", "build", "--corpus", "{in}/good.jsonl", "--ouput", "{out}"], None, 2,
+     "the following arguments are required: --output (--ouput: did you mean --output?)"),
     ("ask-misspelt-option", ["ask", "--topk", "3", "q?"], None, 2, "unrecognized arguments: --topk; did you mean "
                                                                    "--top-k? (see `realm-hf ask --help`)"),
     ("build-output-is-a-file", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",

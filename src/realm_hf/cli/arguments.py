@@ -21,8 +21,36 @@ class RealmHfArgumentParser(argparse.ArgumentParser):
         self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                           help="on failure, show the full traceback (also: REALM_HF_DEBUG=1)")  # fmt: skip
 
+    # The words being parsed, set by `realm_hf.cli.main.parse_command_line`: a missing required option may be there
+    # misspelt ("--ouput"), which argparse reports only as missing.
+    argv: list[str] = []
+
     def error(self, message: str):
+        if message.startswith("the following arguments are required"):
+            known = {option for action in self._actions for option in action.option_strings}
+            close = closest_option(self, [word for word in self.argv if word.split("=", 1)[0] not in known])
+            if close:
+                message += f" ({close[0]}: did you mean {close[1]}?)"
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def closest_option(parser: argparse.ArgumentParser, unknown: list[str]) -> tuple[str, str] | None:
+    """`(word, option)` for the first unknown `--word` close to one of `parser`'s options, else `None`."""
+    import difflib
+
+    options = [option for action in parser._actions for option in action.option_strings]
+    for word in unknown:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.7)
+            if close:
+                return word.split("=", 1)[0], close[0]
+    return None
+
+
+def did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """`"; did you mean --top-k?"` for the first unknown option close to one of `parser`'s, else `""`."""
+    close = closest_option(parser, unknown)
+    return f"; did you mean {close[1]}?" if close else ""
 
 
 def model_location(value: str, option: str = "--model") -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from .arguments import (
     RealmHfArgumentParser,
     add_device_argument,
+    did_you_mean,
     model_location,
     non_negative_float,
     positive_int,
@@ -349,11 +350,12 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None =
     `realm_hf.cli.arguments.add_trainer_flags`) gets the words it does not define itself as `args.trainer_argv`, for
     `HfArgumentParser` once Transformers loads ([`main`]). Any other command refuses them at once, as `parse_args`
     does. Imports nothing heavy."""
+    RealmHfArgumentParser.argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         if not hasattr(args, "trainer_argv"):
             command = _command_parser(parser, args)
-            command.error(f"unrecognized arguments: {' '.join(unknown)}{_did_you_mean(command, unknown)}")
+            command.error(f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(command, unknown)}")
         args.trainer_argv = unknown
     return args
 
@@ -364,19 +366,6 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
             return _command_parser(action.choices[getattr(args, action.dest)], args)
     return parser
-
-
-def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
-    """`"; did you mean --top-k?"` for the first unknown option close to one of `parser`'s, else `""`."""
-    import difflib
-
-    options = [option for action in parser._actions for option in action.option_strings]
-    for word in unknown:
-        if word.startswith("--"):
-            close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.7)
-            if close:
-                return f"; did you mean {close[0]}?"
-    return ""
 
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
