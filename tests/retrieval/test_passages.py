@@ -161,5 +161,7 @@ def test_over_section_headings_the_heading_a_question_names_is_no_answer(demo_di
     question = "How long does the kettle warranty last?"  # names "kettle" and "warranty", both in every title
     answers = open_qa(question, top_k=50)
     assert answers and all(answer["start"] >= len(answer["title"]) + 2 for answer in answers)  # after "title: "
+    batched = open_qa([question, "Which code pairs the app?"], top_k=50, batch_size=2)  # collated inputs too
+    assert batched[0] == answers or [a["answer"] for a in batched[0]] == [a["answer"] for a in answers]
     kept = open_qa(question, top_k=50, exclude_named_title_spans=False)
     assert any(answer["start"] < len(answer["title"]) for answer in kept)  # the untrained reader ranks them too

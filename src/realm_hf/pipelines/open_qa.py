@@ -263,7 +263,7 @@ class OpenQAPipeline(Pipeline):
                                    if abstain_on_unknown_names else []]  # fmt: skip
         inputs["asks_for_a_number"] = torch.tensor([asks_for_a_number(question)])  # from the text: ids may be [UNK]
         inputs["asks_for_a_year"] = torch.tensor([asks_for_a_year(question)])
-        inputs["question_words"] = [sorted(_words(question) - STOP_WORDS)]  # for the titles it names
+        inputs["question_words"] = [" ".join(sorted(_words(question) - STOP_WORDS))]  # for the titles it names
         return inputs
 
     def _forward(
@@ -301,7 +301,9 @@ class OpenQAPipeline(Pipeline):
             words = model_inputs.get("question_words")
             if words is None:  # bare tokenizer outputs: the question as its wordpieces read
                 questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
-                words = [sorted(_words(question) - STOP_WORDS) for question in questions]
+                words = [" ".join(sorted(_words(question) - STOP_WORDS)) for question in questions]
+            # one question's inputs hold ["words"], a collated batch [["words"], ["words"], ...]
+            words = [entry[0] if isinstance(entry, list) else entry for entry in words]
             span_mask = _unless_none_left(span_mask & ~self._named_title_spans(spans, words), span_mask)
         # Spans ranked after every other valid one, their probabilities untouched (see `number_spans`). Invalid spans
         # are demoted with them: their logit is -inf, so they stay last, where `postprocess` stops.
@@ -374,13 +376,13 @@ class OpenQAPipeline(Pipeline):
             self._cached_titles_are_headings = (records, headings)
         return self._cached_titles_are_headings[1]
 
-    def _named_title_spans(self, spans, question_words: list[list[str]]) -> torch.BoolTensor:
+    def _named_title_spans(self, spans, question_words: list[str]) -> torch.BoolTensor:
         """[`spans_in_named_titles`] for the blocks read: their titles' wordpiece lengths, and which titles share a
-        content word with the question (`question_words`: each question's, without stop words)."""
+        content word with the question (`question_words`: each question's, without stop words, space-separated)."""
         block_ids = spans.retrieved_block_ids[:, : spans.reader_input_ids.shape[1]].tolist()
         lengths, named = [], []
         for words, row in zip(question_words, block_ids, strict=True):
-            asked = set(words)
+            asked = set(words.split())
             titles = [self._title(block) if block >= 0 else None for block in row]
             lengths.append([len(self.tokenizer.tokenize(title)) if title else 0 for title in titles])
             named.append([bool(title) and bool(asked & _words(title)) for title in titles])
