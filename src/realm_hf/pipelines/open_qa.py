@@ -84,6 +84,9 @@ class OpenQAPipeline(Pipeline):
         prefer_number_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for a number
             ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), and a year with a span that is one
             number ([`whole_number_spans`]), where any candidate is; a call may override it.
+        exclude_named_title_spans (`bool`, *optional*): leave out spans in the title of a block whose title the
+            question names (see [`spans_in_named_titles`]); by default where the corpus' titles are section headings
+            ([`titles_are_headings`]), not over an encyclopedia; a call may override it.
         device: where the model runs, as for every pipeline.
 
     Each answer is a dict:
@@ -180,6 +183,8 @@ class OpenQAPipeline(Pipeline):
                 no block holds (default: `True`).
             prefer_number_answers (`bool`, *optional*): answer a question asking for a number with a span holding one,
                 where any does (default: `True`).
+            exclude_named_title_spans (`bool`, *optional*): leave out answers in the title of a block whose title the
+                question names (default: where the corpus' titles are section headings).
 
         Returns:
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
