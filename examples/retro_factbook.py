@@ -104,6 +104,8 @@ def parse_args(argv=None):
     parser.add_argument("--scratch-steps", type=int, default=0, help="steps of RETRO from scratch (0: skip the stage)")
     parser.add_argument("--base-learning-rate", type=float, default=2e-3)
     parser.add_argument("--retro-learning-rate", type=float, default=2e-3)
+    parser.add_argument("--encoder-embeddings-from-base", action="store_true",
+                        help="retrofit: the neighbour encoder's token embeddings start as a copy of the base's")  # fmt: skip
     parser.add_argument("--scratch-learning-rate", type=float, default=2e-3)
     parser.add_argument(
         "--main-model",
@@ -495,7 +497,7 @@ def main(argv=None) -> int:
         retro = RetroForCausalLM.from_base_model(
             GPT2LMHeadModel.from_pretrained(base_dir), chunk_size=args.chunk_size, num_neighbors=args.num_neighbors,
             cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size, encoder_num_heads=4,
-            encoder_num_layers=args.encoder_layers,
+            encoder_num_layers=args.encoder_layers, encoder_embeddings_from_base=args.encoder_embeddings_from_base,
         )  # fmt: skip
         trainable = sum(p.numel() for p in retro.parameters() if p.requires_grad)
         print(f"RETRO-fitting: {trainable:,} new trainable parameters, {args.retro_steps} steps", flush=True)

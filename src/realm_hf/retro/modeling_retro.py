@@ -613,7 +613,9 @@ class RetroForCausalLM(RetroPreTrainedModel):
     # ------------------------------------------------------------------------------------------------ RETRO-fitting
 
     @classmethod
-    def from_base_model(cls, base_model, **retro_config) -> "RetroForCausalLM":
+    def from_base_model(
+        cls, base_model, *, encoder_embeddings_from_base: bool = False, **retro_config
+    ) -> "RetroForCausalLM":
         r"""
         RETRO-fits a trained `GPT2LMHeadModel`: copies its config and weights, adds freshly initialised CCA layers and
         neighbour encoder, and freezes every base weight (`freeze_base_model`). With retrieval off the result computes
@@ -621,6 +623,10 @@ class RetroForCausalLM(RetroPreTrainedModel):
 
         Args:
             base_model (`GPT2LMHeadModel`): the base decoder (its config may not use cross-attention).
+            encoder_embeddings_from_base (`bool`, *optional*, defaults to `False`): start the neighbour encoder's token
+                embeddings as a copy of the base's (trained, and tied to its output layer) instead of at random, so
+                that a neighbour's tokens enter the encoder as the vectors the decoder predicts with (they stay
+                trainable). Needs `encoder_hidden_size == n_embd`.
             retro_config: `RetroConfig` fields to set (`chunk_size`, `cca_layers`, `encoder_hidden_size`, ...).
         """
         gpt2_fields = {field.name for field in dataclasses.fields(GPT2Config)}
@@ -634,6 +640,12 @@ class RetroForCausalLM(RetroPreTrainedModel):
         if unexpected or not_retro:
             raise ValueError(f"base model weights do not fit a RETRO decoder: unexpected {unexpected}, "
                              f"missing {not_retro}.")  # fmt: skip
+        if encoder_embeddings_from_base:
+            if config.encoder_hidden_size != config.n_embd:
+                raise ValueError(f"encoder_embeddings_from_base needs encoder_hidden_size ({config.encoder_hidden_size}) "
+                                 f"equal to the base's n_embd ({config.n_embd}).")  # fmt: skip
+            with torch.no_grad():
+                model.transformer.encoder.embed_tokens.weight.copy_(model.transformer.wte.weight)
         model.freeze_base_model()
         return model
 
