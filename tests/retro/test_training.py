@@ -73,3 +73,30 @@ def test_trainer_trains_only_the_new_weights(tmp_path):
     assert not torch.equal(model.transformer.h[1].cca.attention.output.weight, cca)
     metrics = trainer.evaluate()
     assert {"eval_on_bits_per_byte", "eval_off_bits_per_byte", "eval_shuffled_bits_per_byte"} <= set(metrics)
+
+
+def test_retro_learns_to_read_the_next_chunk_from_its_neighbours():
+    # Random tokens: a chunk cannot be guessed from what precedes it, only read from the neighbours of the chunk
+    # before, whose continuation holds it. Retrieval on must fall far below off, and shuffled neighbours must not help.
+    torch.manual_seed(0)
+    model = RetroForCausalLM(tiny_retro_config(num_neighbors=1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+
+    def batch(size=16, chunks=4):
+        ids = torch.randint(3, VOCAB, (size, chunks * CHUNK))
+        split = ids.view(size, chunks, CHUNK)
+        following = torch.cat([split[:, 1:], torch.zeros(size, 1, CHUNK, dtype=torch.long)], dim=1)
+        return ids, torch.cat([split, following], dim=-1)[:, :, None, :]  # (B, L, 1, 2 * CHUNK)
+
+    for _ in range(200):
+        ids, neighbours = batch()
+        model(ids, neighbour_input_ids=neighbours, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    ids, neighbours = batch(64)
+    with torch.no_grad():
+        on = model(ids, neighbour_input_ids=neighbours, labels=ids).loss.item()
+        off = model(ids, labels=ids).loss.item()
+        shuffled = model(ids, neighbour_input_ids=neighbours.roll(1, dims=0), labels=ids).loss.item()
+    assert on < off - 2.0 and shuffled > off, (on, off, shuffled)  # off: about ln(37) = 3.6 per token
