@@ -762,17 +762,18 @@ def test_threshold_override_and_calibration_file(open_qa, demo_dir, tmp_path):
     assert calibrated(QUESTIONS[0], abstention_threshold=0.0)["abstained"] is False
 
 
-def test_spans_in_named_titles_are_inside_the_title_of_a_block_the_question_names():
-    from realm_hf.pipelines.open_qa import spans_in_named_titles
+def test_spans_in_titles_start_in_the_title_or_its_colon():
+    from realm_hf.pipelines.open_qa import spans_in_titles
 
     # one question, two blocks of 8 tokens: [CLS] q q [SEP] t t : x ; the second block's title is one token
     block_mask = torch.tensor([[[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1]]], dtype=torch.bool)
     spans = SimpleNamespace(reader_input_ids=torch.zeros(1, 2, 8, dtype=torch.long), block_mask=block_mask,
-                            candidate_starts=torch.tensor([4, 4, 5, 6, 4]), candidate_ends=torch.tensor([4, 5, 5, 7, 6]))  # fmt: skip
-    inside = spans_in_named_titles(spans, torch.tensor([[2, 1]]), torch.tensor([[True, True]]))
+                            candidate_starts=torch.tensor([4, 4, 5, 6, 4, 7]),
+                            candidate_ends=torch.tensor([4, 5, 5, 7, 6, 7]))  # fmt: skip
+    inside = spans_in_titles(spans, torch.tensor([[2, 1]]))
     # spans starting in the title or its ":" go, those running on into the text included; the others stay
-    assert inside.tolist() == [[[True, True, True, True, True], [True, True, True, False, True]]]
-    assert not spans_in_named_titles(spans, torch.tensor([[2, 1]]), torch.tensor([[False, False]])).any()
+    assert inside.tolist() == [[[True, True, True, True, True, False], [True, True, True, False, True, False]]]
+    assert not spans_in_titles(spans, torch.tensor([[0, 0]])).any()  # untitled blocks
 
 
 def test_titles_that_many_blocks_share_are_headings():

@@ -84,9 +84,9 @@ class OpenQAPipeline(Pipeline):
         prefer_number_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for a number
             ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), and a year with a span that is one
             number ([`whole_number_spans`]), where any candidate is; a call may override it.
-        exclude_named_title_spans (`bool`, *optional*): leave out spans in the title of a block whose title the
-            question names (see [`spans_in_named_titles`]); by default where the corpus' titles are section headings
-            ([`titles_are_headings`]), not over an encyclopedia; a call may override it.
+        exclude_title_spans (`bool`, *optional*): leave out spans that start in a block's title (see
+            [`spans_in_titles`]); by default where the corpus' titles are section headings ([`titles_are_headings`]),
+            not over an encyclopedia, whose titles are often the answer; a call may override it.
         device: where the model runs, as for every pipeline.
 
     Each answer is a dict:
@@ -183,8 +183,8 @@ class OpenQAPipeline(Pipeline):
                 no block holds (default: `True`).
             prefer_number_answers (`bool`, *optional*): answer a question asking for a number with a span holding one,
                 where any does (default: `True`).
-            exclude_named_title_spans (`bool`, *optional*): leave out answers in the title of a block whose title the
-                question names (default: where the corpus' titles are section headings).
+            exclude_title_spans (`bool`, *optional*): leave out answers that start in a block's title (default: where
+                the corpus' titles are section headings).
 
         Returns:
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
@@ -212,14 +212,14 @@ class OpenQAPipeline(Pipeline):
         exclude_unbalanced_spans: bool | None = None,
         abstain_on_unknown_names: bool | None = None,
         prefer_number_answers: bool | None = None,
-        exclude_named_title_spans: bool | None = None,
+        exclude_title_spans: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         for params, name, value in ((forward_params, "exclude_question_spans", exclude_question_spans),
                                     (forward_params, "exclude_unbalanced_spans", exclude_unbalanced_spans),
                                     (preprocess_params, "abstain_on_unknown_names", abstain_on_unknown_names),
                                     (forward_params, "prefer_number_answers", prefer_number_answers),
-                                    (forward_params, "exclude_named_title_spans", exclude_named_title_spans)):  # fmt: skip
+                                    (forward_params, "exclude_title_spans", exclude_title_spans)):  # fmt: skip
             if value is not None:
                 if not isinstance(value, bool):
                     raise ValueError(f"{name} must be True or False, got {value!r}.")
@@ -268,7 +268,6 @@ class OpenQAPipeline(Pipeline):
                                    if abstain_on_unknown_names else []]  # fmt: skip
         inputs["asks_for_a_number"] = torch.tensor([asks_for_a_number(question)])  # from the text: ids may be [UNK]
         inputs["asks_for_a_year"] = torch.tensor([asks_for_a_year(question)])
-        inputs["question_words"] = [" ".join(sorted(_words(question) - STOP_WORDS))]  # for the titles it names
         return inputs
 
     def _forward(
@@ -279,7 +278,7 @@ class OpenQAPipeline(Pipeline):
         exclude_unbalanced_spans: bool = True,
         idf_coverage: bool | None = None,
         prefer_number_answers: bool = True,
-        exclude_named_title_spans: bool | None = None,
+        exclude_title_spans: bool | None = None,
     ) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
         inputs = {
@@ -300,16 +299,10 @@ class OpenQAPipeline(Pipeline):
             )
         if exclude_unbalanced_spans:
             span_mask = _unless_none_left(span_mask & ~unbalanced_spans(spans, self._bracket_ids()), span_mask)
-        if exclude_named_title_spans is None:
-            exclude_named_title_spans = self._titles_are_headings()
-        if exclude_named_title_spans:
-            words = model_inputs.get("question_words")
-            if words is None:  # bare tokenizer outputs: the question as its wordpieces read
-                questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
-                words = [" ".join(sorted(_words(question) - STOP_WORDS)) for question in questions]
-            # one question's inputs hold ["words"], a collated batch [["words"], ["words"], ...]
-            words = [entry[0] if isinstance(entry, list) else entry for entry in words]
-            span_mask = _unless_none_left(span_mask & ~self._named_title_spans(spans, words), span_mask)
+        if exclude_title_spans is None:
+            exclude_title_spans = self._titles_are_headings()
+        if exclude_title_spans:
+            span_mask = _unless_none_left(span_mask & ~spans_in_titles(spans, self._title_lengths(spans)), span_mask)
         # Spans ranked after every other valid one, their probabilities untouched (see `number_spans`). Invalid spans
         # are demoted with them: their logit is -inf, so they stay last, where `postprocess` stops.
         demoted = torch.zeros_like(span_mask)
@@ -381,17 +374,11 @@ class OpenQAPipeline(Pipeline):
             self._cached_titles_are_headings = (records, headings)
         return self._cached_titles_are_headings[1]
 
-    def _named_title_spans(self, spans, question_words: list[str]) -> torch.BoolTensor:
-        """[`spans_in_named_titles`] for the blocks read: their titles' wordpiece lengths, and which titles share a
-        content word with the question (`question_words`: each question's, without stop words, space-separated)."""
+    def _title_lengths(self, spans) -> torch.Tensor:
+        """`(B, R)`: the title of each block read, in wordpieces (0 for none)."""
         block_ids = spans.retrieved_block_ids[:, : spans.reader_input_ids.shape[1]].tolist()
-        lengths, named = [], []
-        for words, row in zip(question_words, block_ids, strict=True):
-            asked = set(words.split())
-            titles = [self._title(block) if block >= 0 else None for block in row]
-            lengths.append([len(self.tokenizer.tokenize(title)) if title else 0 for title in titles])
-            named.append([bool(title) and bool(asked & _words(title)) for title in titles])
-        return spans_in_named_titles(spans, torch.tensor(lengths), torch.tensor(named))
+        titles = [[self._title(block) if block >= 0 else None for block in row] for row in block_ids]
+        return torch.tensor([[len(self.tokenizer.tokenize(title)) if title else 0 for title in row] for row in titles])
 
     def _idf_coverage(self, question_ids: torch.Tensor, block_ids: torch.Tensor, needed: bool | None) -> torch.Tensor:
         """`(B, R)`: [`idf_coverage`] of each question in each block read, or ones when no calibration reads it
@@ -637,30 +624,26 @@ def titles_are_headings(titles: list[str]) -> bool:
     return bool(keys) and sum(counts[key] > 1 for key in keys) >= len(keys) / 2
 
 
-def spans_in_named_titles(spans, title_lengths: torch.Tensor, named: torch.Tensor) -> torch.BoolTensor:
-    """Which candidate spans start inside the title of a block whose title the question names: `(B, R, N)`.
+def spans_in_titles(spans, title_lengths: torch.Tensor) -> torch.BoolTensor:
+    """Which candidate spans start in a block's title (or the ":" after it): `(B, R, N)`.
 
-    A titled block reads `title: text`; where the question already names the block's title ("How long is the K-300
-    warranty?" over "K-300 smart kettle: warranty"), the title is what the question is about, not its answer, yet a
-    reader fine-tuned on title questions scores it high. Spans that start in the title and run on into the text go
-    too; the same words in the block's text stay candidates. On by default where the corpus' titles are headings
-    ([`titles_are_headings`]): over an encyclopedia the title is often the answer (on the default model's title dev
-    questions, 0.50 -> 0.37 EM with this on).
+    A titled block reads `title: text`. Where titles are section headings ("K-300 smart kettle: app", "manual:
+    Cleaning"), a heading is what a passage is about, not an answer in it, yet a reader fine-tuned on title questions
+    scores it high: "What is the pairing code for the app?" -> "K-300 smart kettle" (confidence 0.95), "How often should
+    I descale the K2?" -> "Cleaning" (0.90). Spans that start in the title and run on into the text go too; the same
+    words in the text stay candidates. The pipeline leaves these spans out where [`titles_are_headings`]; over an
+    encyclopedia the title is often the answer (the default model's title dev EM fell 0.60 -> 0.19 without them).
 
     Args:
         spans ([`RealmForOpenQASpanScores`]): what `RealmForOpenQA.score_spans` returned.
         title_lengths (`torch.LongTensor` of shape `(B, R)`): each block's title in wordpieces (0: no title); the
             separator's ":" after it counts with the title.
-        named (`torch.BoolTensor` of shape `(B, R)`): whether the question shares a content word with that title.
     """
     device = spans.reader_input_ids.device
     first = spans.block_mask.to(device).int().argmax(-1)  # (B, R): the block's first token, where its title starts
     starts = spans.candidate_starts.to(device)
-    # the title and the ":" after it (a titled block reads "title: text")
     end = (first + title_lengths.to(device) + (title_lengths > 0).to(device).long())[..., None]
-    # in the title, or starting there and running on into the text ("Lyme disease: Lyme disease")
-    in_title = (starts >= first[..., None]) & (starts < end)  # (B, R, N)
-    return in_title & named.to(device)[..., None]
+    return (starts >= first[..., None]) & (starts < end)  # (B, R, N)
 
 
 def _unless_none_left(kept: torch.BoolTensor, fallback: torch.BoolTensor) -> torch.BoolTensor:
