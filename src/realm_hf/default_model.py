@@ -15,6 +15,7 @@ from pathlib import Path
 
 from transformers.utils import logging
 
+from .home import realm_hf_home
 from .loading import CORPUS_BUILDERS, CORPUS_FILE, INDEX_DIR, load_open_qa
 
 logger = logging.get_logger(__name__)
@@ -29,14 +30,6 @@ DEFAULT_QUESTIONS = [
     "What is the currency of Japan?",
     "What is the highest mountain on Earth?",
 ]
-
-
-def realm_hf_home() -> Path:
-    """$REALM_HF_HOME, else $XDG_CACHE_HOME/realm_hf (~/.cache/realm_hf)."""
-    home = os.environ.get("REALM_HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "realm_hf"
-    )
-    return Path(home)
 
 
 def default_model_dir() -> Path | None:

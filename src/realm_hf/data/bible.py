@@ -62,7 +62,7 @@ WEB_MODULE = Path("usr/share/sword/modules/texts/ztext/engWEB2015eb")
 
 
 def _default_cache() -> Path:
-    from ..default_model import realm_hf_home
+    from ..home import realm_hf_home
 
     return realm_hf_home() / "bible"
 

@@ -262,7 +262,7 @@ def read_quiz_file(path: str | os.PathLike) -> list[list[str]]:
 
 
 def _default_cache() -> Path:
-    from ..default_model import realm_hf_home
+    from ..home import realm_hf_home
 
     return realm_hf_home() / "bsdgames"
 

@@ -868,7 +868,7 @@ def stored_document_frequencies(records) -> tuple[Counter, int]:
     if not callable(fingerprint):
         return document_frequencies(iter_record_texts(records))
     from ..atomic import atomic_write_bytes
-    from ..default_model import realm_hf_home
+    from ..home import realm_hf_home
 
     titles = "titles" if getattr(records, "include_title", True) else "texts"
     path = realm_hf_home() / "word_counts" / f"{fingerprint()}-{titles}.json"

@@ -240,7 +240,7 @@ def bm25_for_records(records):
     """A `BM25Searcher` over block records: a document store's blocks (titles included, as the reader sees them),
     kept on disk under `$REALM_HF_HOME/bm25` by the store's fingerprint (built once, loaded after), or the records'
     texts."""
-    from ..default_model import realm_hf_home
+    from ..home import realm_hf_home
     from .bm25 import BM25Searcher
 
     store = getattr(records, "store", None)
