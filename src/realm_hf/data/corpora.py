@@ -104,12 +104,12 @@ def _clean_html(text: str) -> str:
 
 def _chunk_words(text: str, max_words: int | None) -> list[str]:
     """Split `text` into the fewest chunks of at most `max_words` words, as even in length as possible."""
+    from ..retrieval.passages import even_parts
+
     words = text.split()
     if max_words is None or len(words) <= max_words:
         return [" ".join(words)]
-    num_chunks = -(-len(words) // max_words)
-    bounds = [round(index * len(words) / num_chunks) for index in range(num_chunks + 1)]
-    return [" ".join(words[start:end]) for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+    return even_parts(words, max_words)
 
 
 def _passages(title: str, text: str, source: str, max_words: int | None) -> list[dict[str, str]]:

@@ -18,7 +18,14 @@ from typing import Any
 
 from ..errors import FileFormatError
 
-__all__ = ["DEFAULT_MAX_WORDS", "TEXT_SUFFIXES", "read_text_files", "split_long_documents", "split_text"]
+__all__ = [
+    "DEFAULT_MAX_WORDS",
+    "TEXT_SUFFIXES",
+    "even_parts",
+    "read_text_files",
+    "split_long_documents",
+    "split_text",
+]
 
 # 120 words is about 160 wordpieces: with a title and a question a passage fits the reader's 288.
 DEFAULT_MAX_WORDS = 120
@@ -30,8 +37,9 @@ _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(\s+)(?=[\"'(\[]?[A-Z0-9])")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
-def _even_parts(words: list[str], max_words: int) -> list[str]:
-    """The fewest parts of at most `max_words` words, as even in length as possible."""
+def even_parts(words: list[str], max_words: int) -> list[str]:
+    """The fewest parts of at most `max_words` words, as even in length as possible (also how the offline corpus
+    splits long factbook fields, `realm_hf.data.corpora`)."""
     parts = -(-len(words) // max_words)
     bounds = [round(index * len(words) / parts) for index in range(parts + 1)]
     return [" ".join(words[start:end]) for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -62,7 +70,7 @@ def split_text(text: str, max_words: int) -> list[str]:
         for sentence in _sentences(paragraph.strip()):
             words = sentence.split()
             if words:
-                units.extend(_even_parts(words, max_words) if len(words) > max_words else [" ".join(words)])
+                units.extend(even_parts(words, max_words) if len(words) > max_words else [" ".join(words)])
     passages, current, count = [], [], 0
     for unit in units:
         size = len(unit.split())
