@@ -175,10 +175,9 @@ def _without_passage_columns_the_index_lacks(store, index: Path):
     none (an index built from short documents): the passages keep their titles, and the appended rows fit."""
     from realm_hf.retrieval.document_store import MANIFEST_NAME, DocumentStore
 
-    manifest = index / DOCUMENTS_DIR / MANIFEST_NAME
-    if not manifest.is_file():
+    if not (index / DOCUMENTS_DIR / MANIFEST_NAME).is_file():
         return store  # not an index: add_documents says what is wrong
-    existing = set(json.loads(manifest.read_text(encoding="utf-8")).get("columns", []))
+    existing = DocumentStore.load(index / DOCUMENTS_DIR).column_names
     extra = [name for name in ("source_id", "passage") if name in store.column_names and name not in existing]
     return DocumentStore(store.dataset.remove_columns(extra)) if extra else store
 
