@@ -133,7 +133,9 @@ def column_hint(expected: str, found: Sequence[str]) -> str:
     one column name holds separators (a CSV written with ';')."""
     same = [name for name in found if str(name).lower() == expected.lower()]
     if same:
-        return f" (column names are case-sensitive: rename {same[0]!r} to {expected!r}, or pass --text-column {same[0]})"
+        return (
+            f" (column names are case-sensitive: rename {same[0]!r} to {expected!r}, or pass --text-column {same[0]})"
+        )
     if len(found) == 1 and any(separator in str(found[0]) for separator in ";|"):
         return " (the file seems separated by ';' or '|': write it with commas, or tabs in a .tsv)"
     return ""
