@@ -104,6 +104,12 @@ def parse_args(argv=None):
     parser.add_argument("--scratch-steps", type=int, default=0, help="steps of RETRO from scratch (0: skip the stage)")
     parser.add_argument("--base-learning-rate", type=float, default=2e-3)
     parser.add_argument("--retro-learning-rate", type=float, default=2e-3)
+    parser.add_argument(
+        "--copy-steps", type=int, default=0,
+        help="the first n steps of the retrofit and scratch stages read each training chunk itself as its first "
+        "neighbour (with its continuation: the next chunk), to learn to find the place in a neighbour and copy on; "
+        "the other steps read the retrieved neighbours",
+    )  # fmt: skip
     parser.add_argument("--encoder-embeddings-from-base", action="store_true",
                         help="retrofit: the neighbour encoder's token embeddings start as a copy of the base's")  # fmt: skip
     parser.add_argument("--scratch-learning-rate", type=float, default=2e-3)
@@ -337,10 +343,12 @@ def _load_checkpoint(model, optimizer, directory: Path) -> dict | None:
     return json.loads((final / "state.json").read_text())
 
 
-def train(model, args, dataset, collator, steps: int, learning_rate: float, directory: Path) -> bool:
+def train(model, args, dataset, collator, steps: int, learning_rate: float, directory: Path,
+          copy_dataset=None) -> bool:  # fmt: skip
     """Trains `model`'s trainable weights for `steps` AdamW steps, resuming from `directory/checkpoint`; saves the
     final model to `directory` with `training.json`. Returns whether training finished (False: stopped at
-    `--max-minutes`, rerun to resume)."""
+    `--max-minutes`, rerun to resume). The first `--copy-steps` steps draw their windows from `copy_dataset` (the
+    same windows, each chunk its own first neighbour) where it is given."""
     directory.mkdir(parents=True, exist_ok=True)
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     groups = [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": 0.1},
@@ -358,7 +366,8 @@ def train(model, args, dataset, collator, steps: int, learning_rate: float, dire
         step = state["step"]
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(step, steps, learning_rate)
-        batch = collator([dataset[index] for index in _batch_indices(step, args.batch_size, len(dataset), args.seed)])
+        source = copy_dataset if copy_dataset is not None and step < args.copy_steps else dataset
+        batch = collator([source[index] for index in _batch_indices(step, args.batch_size, len(dataset), args.seed)])
         loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
@@ -389,7 +398,8 @@ def train(model, args, dataset, collator, steps: int, learning_rate: float, dire
     model.save_pretrained(directory)
     write_json(directory / "training.json", {"seconds": state["seconds"], "cpu_seconds": state["cpu_seconds"],
                                              "steps": steps, "losses": state["losses"],
-                                             "learning_rate": learning_rate, "batch_size": args.batch_size})  # fmt: skip
+                                             "learning_rate": learning_rate, "batch_size": args.batch_size,
+                                             "copy_steps": args.copy_steps if copy_dataset is not None else 0})  # fmt: skip
     shutil.rmtree(directory / "checkpoint", ignore_errors=True)
     return True
 
@@ -462,6 +472,11 @@ def main(argv=None) -> int:
         build_wiki(args, tokenizer, bert, output, first_document_id=len(tokens))
 
     train_sequences = RetroSequences(database.chunks, train_neighbours, args.chunks_per_sequence)
+    copy_sequences = None
+    if args.copy_steps:
+        own = train_neighbours.clone()
+        own[:, 0] = torch.arange(len(database.chunks))  # the database's chunks are the training chunks, in order
+        copy_sequences = RetroSequences(database.chunks, own, args.chunks_per_sequence)
     eval_sequences = RetroSequences(eval_chunks, eval_neighbours, args.chunks_per_sequence)
     num_bytes = evaluated_bytes(tokens, corpus, eval_chunks, eval_sequences.windows, args.chunk_size)
     cca_layers = [int(layer) for layer in args.cca_layers.split(",")]
@@ -502,7 +517,7 @@ def main(argv=None) -> int:
         trainable = sum(p.numel() for p in retro.parameters() if p.requires_grad)
         print(f"RETRO-fitting: {trainable:,} new trainable parameters, {args.retro_steps} steps", flush=True)
         if not train(retro, args, train_sequences, RetroCollator(database.chunks), args.retro_steps,
-                     args.retro_learning_rate, retro_dir):  # fmt: skip
+                     args.retro_learning_rate, retro_dir, copy_sequences):  # fmt: skip
             return 0
 
     # ---- RETRO from scratch: every weight trained with retrieval from the first step
@@ -518,7 +533,7 @@ def main(argv=None) -> int:
         print(f"training RETRO from scratch ({scratch.num_parameters():,} parameters) for {args.scratch_steps} steps",
               flush=True)  # fmt: skip
         if not train(scratch, args, train_sequences, RetroCollator(database.chunks), args.scratch_steps,
-                     args.scratch_learning_rate, scratch_dir):  # fmt: skip
+                     args.scratch_learning_rate, scratch_dir, copy_sequences):  # fmt: skip
             return 0
 
     if not runs("evaluate"):

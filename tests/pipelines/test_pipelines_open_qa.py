@@ -81,7 +81,8 @@ def test_the_best_answer_is_the_forward_prediction_as_written(open_qa):
     tokenizer = open_qa.tokenizer
     cased = 0
     for question in QUESTIONS:
-        answer = open_qa(question, exclude_question_spans=False)  # forward knows nothing of the question-span rule
+        # forward knows nothing of the question-span and name rules
+        answer = open_qa(question, exclude_question_spans=False, prefer_name_answers=False)
         block_id, answer_ids = _forward_answer(open_qa.model, tokenizer, question)
         assert answer["block_id"] == block_id
         assert tokenizer(answer["answer"], add_special_tokens=False).input_ids == answer_ids
@@ -124,7 +125,7 @@ def test_scores_are_probabilities_over_every_span_of_the_blocks_read(open_qa):
     question = QUESTIONS[1]
     scores = open_qa.model.score_spans(**open_qa.tokenizer([question], return_tensors="pt"))
     num_spans = int(scores.span_mask.sum())
-    answers = open_qa(question, top_k=10**6, exclude_question_spans=False)
+    answers = open_qa(question, top_k=10**6, exclude_question_spans=False, prefer_name_answers=False)
     assert len(answers) == num_spans  # every (block, span) pair, no more
     assert sum(answer["score"] for answer in answers) == pytest.approx(1.0, abs=1e-4)
     # the score is the softmax of span logit + retrieval logit over those pairs
@@ -352,7 +353,8 @@ def test_truncated_blocks_map_correctly(demo_dir, truncation_side):
     retriever.tokenizer.truncation_side = truncation_side
     retriever = RealmRetriever(block_records=records, tokenizer=retriever.tokenizer)
     model = RealmForOpenQA.from_pretrained(demo_dir)
-    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
+    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu",
+                       prefer_name_answers=False)  # fmt: skip (forward's ranking, which the test compares with)
     tokenizer = open_qa.tokenizer
     for question in QUESTIONS[:3]:
         answers = open_qa(question, top_k=10**6)
@@ -497,7 +499,7 @@ def test_margin_and_retrieval_features_match_score_spans(open_qa):
         ("log_block_probability", float(read.log_softmax(-1)[block])),
         ("max_retrieval_logit", float(read.max())),
     ]:
-        answer = open_qa(question, calibration=_calibration(feature))
+        answer = open_qa(question, calibration=_calibration(feature), prefer_name_answers=False)
         assert answer["confidence"] == pytest.approx(1 / (1 + math.exp(-min(expected, 20.0))), rel=1e-4), feature
 
 
@@ -584,6 +586,13 @@ def test_number_spans_read_whole_words():
                             candidate_starts=torch.tensor([0, 0, 3, 6, 9]), candidate_ends=torch.tensor([1, 2, 5, 8, 9]))  # fmt: skip
     # "tenuous", "tenuous year", "two-year", "K2 year", "1912"
     assert number_spans(spans, digit_ids, word_ids, continuation_ids).tolist() == [[[False, False, True, False, True]]]
+    # wordpieces: 0 "k", 1 "-", 2 "300", 3 "kettle", 4 "4", 5 "weeks", 6 "2": "K-300" is a name, "2-4" numbers
+    codes, digit_ids = (torch.tensor([1]), torch.tensor([0, 3, 5])), torch.tensor([2, 4, 6])
+    spans = SimpleNamespace(reader_input_ids=torch.tensor([[[0, 1, 2, 3, 6, 1, 4, 5]]]),
+                            candidate_starts=torch.tensor([0, 2, 6, 4]), candidate_ends=torch.tensor([3, 2, 7, 6]))  # fmt: skip
+    # "K-300 kettle", "300" (of "K-300"), "4 weeks", "2-4"
+    assert number_spans(spans, digit_ids, word_ids, continuation_ids, codes).tolist() == [[[False, False, True, True]]]
+    assert number_spans(spans, digit_ids, word_ids, continuation_ids).tolist() == [[[True, True, True, True]]]
 
 
 def test_whole_number_spans_are_one_number_and_nothing_else():
@@ -617,7 +626,8 @@ def test_asks_for_a_year(question, year):
     ("question", "asks"),
     [("How many moons does Mars have?", True), ("How long is the warranty?", True), ("In which year did it sink?", True),
      ("The treaty was signed in what year?", True), ("HOW OLD is the universe?", True), ("When did Rome fall?", False),
-     ("How did Rome fall?", False), ("Who wrote Hamlet?", False), ("What yearly festival is held in Rio?", False)],
+     ("How did Rome fall?", False), ("Who wrote Hamlet?", False), ("What yearly festival is held in Rio?", False),
+     ("How often should I descale the kettle?", True)],
 )  # fmt: skip
 def test_asks_for_a_number(question, asks):
     from realm_hf.pipelines.open_qa import asks_for_a_number
@@ -659,6 +669,58 @@ def test_number_questions_get_an_answer_holding_a_number(open_qa):
     # a question that does not ask for a number is left alone
     other = "Who won the Nobel Prize in physics?"
     assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_number_answers=False)
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [("Who wrote Hamlet?", True), ("who founded Microsoft", True), ("Which scientist formulated the laws of motion?", True),
+     ("What composers lived in Vienna?", True), ("Whose face is on the coin?", False), ("What is the capital?", False),
+     ("Hamlet was written by whom?", False), ("Which country is largest?", False), ("Whom did Caesar defeat?", False)],
+)  # fmt: skip
+def test_asks_for_a_name(question, asks):
+    from realm_hf.pipelines.open_qa import asks_for_a_name
+
+    assert asks_for_a_name(question) is asks
+
+
+def test_word_kinds_and_name_like_spans():
+    from realm_hf.pipelines.open_qa import CAPITAL, INITIAL, NO_WORD, NOT_IN_NAMES, PARTICLE, name_like_spans, word_kinds
+
+    text = "Joan of Arc met Alexander G. Bell in 1876 at Orléans-Nord; the end."
+    words = ["Joan", "of", "Arc", "met", "Alexander", "G", ".", "Bell", "in", "1876", "at", "Orl", "éans", "-", "Nord",
+             ";", "the", "end", "."]  # fmt: skip
+    offsets, start = {}, 0
+    for position, word in enumerate(words):  # wordpieces' character offsets, as a tokenizer gives them
+        start = text.index(word, start)
+        offsets[position] = (start, start + len(word))
+        start += len(word)
+    kinds = word_kinds(text, offsets)
+    assert [kinds[position] for position in range(len(words))] == [
+        CAPITAL, PARTICLE, CAPITAL, NOT_IN_NAMES, CAPITAL, INITIAL, NO_WORD, CAPITAL, NOT_IN_NAMES, NOT_IN_NAMES,
+        NOT_IN_NAMES, CAPITAL, NO_WORD, NO_WORD, CAPITAL, NOT_IN_NAMES, PARTICLE, NOT_IN_NAMES, NO_WORD,
+    ]  # fmt: skip
+    candidates = [(0, 2), (0, 3), (4, 7), (5, 7), (5, 5), (9, 9), (11, 14), (1, 2), (0, 1), (14, 16)]
+    spans = SimpleNamespace(reader_input_ids=torch.zeros(1, 1, len(words), dtype=torch.long),
+                            candidate_starts=torch.tensor([first for first, _ in candidates]),
+                            candidate_ends=torch.tensor([last for _, last in candidates]))  # fmt: skip
+    # "Joan of Arc", "Joan of Arc met", "Alexander G. Bell", "G. Bell", "G", "1876", "Orléans-Nord", "of Arc",
+    # "Joan of", "Nord; the"
+    found = name_like_spans(spans, torch.tensor([[[kinds[position] for position in range(len(words))]]]))
+    assert found.tolist() == [[[True, False, True, True, False, False, True, False, False, False]]]
+
+
+def test_name_questions_get_an_answer_that_reads_like_a_name(open_qa):
+    question = "Who won the Nobel Prize in physics?"
+    plain = open_qa(question, top_k=10**6, prefer_name_answers=False)
+    preferred = open_qa(question, top_k=10**6)
+    named = [answer for answer in plain
+             if re.fullmatch(r"[A-Z]\w+(?:[ .,'-]+(?:[A-Z]\w*|of|the|de|van|von)\b)*(?<!of)(?<!the)\.?", answer["answer"])]  # fmt: skip
+    assert 0 < len(named) < len(plain)
+    # the name-like spans first, then the others, each group in the plain order, every score unchanged
+    assert preferred[: len(named)] == named and sorted(map(str, preferred)) == sorted(map(str, plain))
+    # a question that does not ask for a name is left alone
+    other = "What did Marie Curie win?"
+    assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_name_answers=False)
 
 
 def test_unknown_names_are_capitalised_question_words_no_block_holds():

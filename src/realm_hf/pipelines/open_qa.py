@@ -20,7 +20,9 @@ keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracke
 (Vivaldi"; `exclude_unbalanced_spans=False` keeps those). A question that asks for a number ("How many ...", "How long
 ...", "In what year ...") is answered with a span that holds one where the blocks read have one, and a year with a span
 that is one number ("1912", not "15 April 1912"): such spans are ranked first, each with its own probability
-([`number_spans`], [`whole_number_spans`]; `prefer_number_answers=False` turns it off).
+([`number_spans`], [`whole_number_spans`]; `prefer_number_answers=False` turns it off). Likewise a question that asks
+for someone ("Who ...", "Which scientist ...") is answered with a span that reads like a name where any does ("Who
+wrote The Origin of Species?" -> "Charles Darwin", not "1859"; [`name_like_spans`]; `prefer_name_answers=False`).
 
 A model with a calibration abstains on a question that names something no block of its corpus mentions ("Who is the
 king of Zanzanryx?"): whatever it reads, the corpus cannot say ([`unknown_names`]; `abstain_on_unknown_names=False`
@@ -84,6 +86,9 @@ class OpenQAPipeline(Pipeline):
         prefer_number_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for a number
             ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), and a year with a span that is one
             number ([`whole_number_spans`]), where any candidate is; a call may override it.
+        prefer_name_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for someone
+            ([`asks_for_a_name`]) with a span that reads like a name (see [`name_like_spans`]) where any candidate
+            does; a call may override it.
         exclude_title_spans (`bool`, *optional*): leave out spans that start in a block's title (see
             [`spans_in_titles`]); by default where the corpus' titles are section headings ([`titles_are_headings`]),
             not over an encyclopedia, whose titles are often the answer; a call may override it.
@@ -183,6 +188,8 @@ class OpenQAPipeline(Pipeline):
                 no block holds (default: `True`).
             prefer_number_answers (`bool`, *optional*): answer a question asking for a number with a span holding one,
                 where any does (default: `True`).
+            prefer_name_answers (`bool`, *optional*): answer a question asking for someone with a span that reads
+                like a name, where any does (default: `True`).
             exclude_title_spans (`bool`, *optional*): leave out answers that start in a block's title (default: where
                 the corpus' titles are section headings).
 
@@ -213,13 +220,15 @@ class OpenQAPipeline(Pipeline):
         abstain_on_unknown_names: bool | None = None,
         prefer_number_answers: bool | None = None,
         exclude_title_spans: bool | None = None,
+        prefer_name_answers: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         for params, name, value in ((forward_params, "exclude_question_spans", exclude_question_spans),
                                     (forward_params, "exclude_unbalanced_spans", exclude_unbalanced_spans),
                                     (preprocess_params, "abstain_on_unknown_names", abstain_on_unknown_names),
                                     (forward_params, "prefer_number_answers", prefer_number_answers),
-                                    (forward_params, "exclude_title_spans", exclude_title_spans)):  # fmt: skip
+                                    (forward_params, "exclude_title_spans", exclude_title_spans),
+                                    (forward_params, "prefer_name_answers", prefer_name_answers)):  # fmt: skip
             if value is not None:
                 if not isinstance(value, bool):
                     raise ValueError(f"{name} must be True or False, got {value!r}.")
@@ -268,6 +277,7 @@ class OpenQAPipeline(Pipeline):
                                    if abstain_on_unknown_names else []]  # fmt: skip
         inputs["asks_for_a_number"] = torch.tensor([asks_for_a_number(question)])  # from the text: ids may be [UNK]
         inputs["asks_for_a_year"] = torch.tensor([asks_for_a_year(question)])
+        inputs["asks_for_a_name"] = torch.tensor([asks_for_a_name(question)])
         return inputs
 
     def _forward(
@@ -279,6 +289,7 @@ class OpenQAPipeline(Pipeline):
         idf_coverage: bool | None = None,
         prefer_number_answers: bool = True,
         exclude_title_spans: bool | None = None,
+        prefer_name_answers: bool = True,
     ) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
         inputs = {
@@ -315,7 +326,7 @@ class OpenQAPipeline(Pipeline):
             numeric, yearly = numeric.to(span_mask.device), yearly.to(span_mask.device)
             if bool(numeric.any()):
                 digit_ids, word_ids, continuation_ids, digit_continuation_ids = self._number_ids()
-                with_number = number_spans(spans, digit_ids, word_ids, continuation_ids) & span_mask
+                with_number = number_spans(spans, digit_ids, word_ids, continuation_ids, self._code_ids()) & span_mask
                 if bool(yearly.any()):  # a year is one number: where some span is one, the others holding one are not
                     whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
                     keep_whole = yearly & whole.flatten(1).any(-1)
@@ -323,6 +334,16 @@ class OpenQAPipeline(Pipeline):
                 # only where the question asks for a number and some valid span holds one
                 demote = numeric & with_number.flatten(1).any(-1)
                 demoted = ~with_number & demote[:, None, None]
+        if prefer_name_answers:
+            named = model_inputs.get("asks_for_a_name")
+            if named is None:
+                questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
+                named = torch.tensor([asks_for_a_name(question) for question in questions])
+            named = named.to(span_mask.device) & ~demoted.flatten(1).any(-1)
+            if bool(named.any()):
+                with_name = self._name_spans(spans, named) & span_mask
+                demote = named & with_name.flatten(1).any(-1)
+                demoted = demoted | (~with_name & demote[:, None, None])
         logits = spans.span_logits.float().masked_fill(~span_mask, float("-inf")).view(batch_size, -1)
         if top_k > logits.shape[1]:
             logger.warning_once(
@@ -362,6 +383,21 @@ class OpenQAPipeline(Pipeline):
             "block_mask": spans.block_mask,  # (B, R, L)
             "unknown_names": model_inputs.get("unknown_names", [[]] * batch_size),  # B lists of words
         }
+
+    def _name_spans(self, spans, questions: torch.BoolTensor) -> torch.BoolTensor:
+        """[`name_like_spans`] of the blocks read for each of `questions` (`(B,)`); `False` for the others."""
+        reader_ids = spans.reader_input_ids
+        num_read = reader_ids.shape[1]
+        kinds = torch.full(reader_ids.shape, NO_WORD, dtype=torch.long)
+        block_ids = spans.retrieved_block_ids[:, :num_read].tolist()
+        for row in torch.nonzero(questions.cpu(), as_tuple=True)[0].tolist():
+            for index in range(num_read):
+                text, offsets = self._block_offsets(
+                    block_ids[row][index], reader_ids[row, index].cpu(), spans.block_mask[row, index].cpu()
+                )
+                for position, kind in word_kinds(text, offsets).items():
+                    kinds[row, index, position] = kind
+        return name_like_spans(spans, kinds.to(reader_ids.device))
 
     def _titles_are_headings(self) -> bool:
         """Whether the corpus' titles read as section headings ([`titles_are_headings`]), decided once per corpus."""
@@ -417,6 +453,18 @@ class OpenQAPipeline(Pipeline):
                 [index for token, index in vocab if token.startswith("##")],
                 [index for token, index in vocab if _DIGITS_CONTINUED.match(token)],
             ))  # fmt: skip
+        return ids
+
+    def _code_ids(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The hyphen wordpieces and the wordpieces made of letters, for the codes of [`number_spans`] (cached)."""
+        ids = getattr(self, "_cached_code_ids", None)
+        if ids is None:
+            vocab = self.tokenizer.get_vocab().items()
+            ids = self._cached_code_ids = (
+                torch.tensor(sorted(index for token, index in vocab if token in HYPHENS), dtype=torch.long),
+                torch.tensor(sorted(index for token, index in vocab if token.removeprefix("##").isalpha()),
+                             dtype=torch.long),
+            )  # fmt: skip
         return ids
 
     def _bracket_ids(self) -> list[tuple[int, int]]:
@@ -664,9 +712,11 @@ NUMBER_WORDS = frozenset(
     eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion trillion
     dozen""".split()
 )
+HYPHENS = frozenset("-\u2010\u2011\u2012\u2013")
 _YEAR = r"(?:what|which)\s+year"
 _ASKS_FOR_A_NUMBER = re.compile(
-    rf"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big)|{_YEAR})\b", re.IGNORECASE
+    rf"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big|often|frequently)|{_YEAR})\b",
+    re.IGNORECASE,
 )
 _NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")  # a wordpiece that starts a number: not "##2" of "K2"
 _DIGITS_CONTINUED = re.compile(r"^##\d+$")  # the "##2" of "1492" (wordpieces "149", "##2")
@@ -709,8 +759,70 @@ def asks_for_a_year(question: str) -> bool:
     return bool(_ASKS_FOR_A_YEAR.search(question))
 
 
+_ASKS_FOR_A_NAME = re.compile(
+    r"^\W*(?:who\b(?!se)|(?:which|what)\s+(?:scientist|composer|author|writer|painter|artist|poet|philosopher|"
+    r"president|king|queen|emperor|pharaoh|explorer|inventor|leader|man|woman|person|actor|actress|singer)s?\b)",
+    re.IGNORECASE,
+)
+# Lower-case words that belong in names: "Joan of Arc", "Leonardo da Vinci", "Ludwig van Beethoven".
+NAME_PARTICLES = frozenset("of the da de di del della der van von la le du al bin ibn y".split())
+
+
+def asks_for_a_name(question: str) -> bool:
+    """Whether a question asks for someone's name: it starts with "Who" ("Who wrote Hamlet?", not "Whose ...") or with
+    "Which"/"What" and a kind of person ("Which scientist ...?")."""
+    return bool(_ASKS_FOR_A_NAME.search(question))
+
+
+# What starts at a wordpiece, for [`name_like_spans`]: nothing (inside a word, a hyphen, a full stop), a capitalised
+# word, a one-letter capital word ("G." of "Alexander G. Bell"), a name particle ("of" of "Joan of Arc"), or anything
+# else a name does not hold (a word starting with a digit or a lower-case letter; a semicolon, colon or bracket).
+NO_WORD, CAPITAL, INITIAL, PARTICLE, NOT_IN_NAMES = range(5)
+_BREAKS_NAMES = frozenset(';:!?()[]{}"')
+
+
+def word_kinds(text: str, offsets: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """For each reader position of a block (`offsets`: position -> its characters in `text`), what starts there:
+    `NO_WORD`, `CAPITAL`, `INITIAL`, `PARTICLE` or `NOT_IN_NAMES` (see above)."""
+    kinds = {}
+    for position, (start, end) in offsets.items():
+        character = text[start] if start < len(text) else ""
+        if character in _BREAKS_NAMES:
+            kinds[position] = NOT_IN_NAMES
+        elif not character.isalnum() or (start > 0 and text[start - 1].isalnum()):
+            kinds[position] = NO_WORD
+        elif character.isupper():
+            one_letter = start + 1 >= len(text) or not text[start + 1].isalnum()
+            kinds[position] = INITIAL if one_letter else CAPITAL
+        elif character.isalpha() and text[start:end].lower() in NAME_PARTICLES:
+            kinds[position] = PARTICLE
+        else:
+            kinds[position] = NOT_IN_NAMES
+    return kinds
+
+
+def name_like_spans(spans, kinds: torch.Tensor) -> torch.BoolTensor:
+    """Which candidate spans read like a name: `(B, R, N)`, `True` where span `n` of block `r` starts with a capitalised
+    word or an initial, holds nothing a name does not, does not end on a particle ("Joan of") and is not one initial
+    alone ("G"). `kinds` (`(B, R, L)`) says what starts at each wordpiece ([`word_kinds`])."""
+    device = spans.reader_input_ids.device
+    starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
+    if starts.numel() == 0:
+        return torch.zeros(kinds.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
+    kinds = kinds.to(device)
+    counts = torch.nn.functional.pad((kinds == NOT_IN_NAMES).long().cumsum(-1), (1, 0))
+    clean = (counts[..., ends + 1] - counts[..., starts]) == 0
+    first, last = kinds[..., starts], kinds[..., ends]
+    alone = (first == INITIAL) & (ends == starts)
+    return ((first == CAPITAL) | (first == INITIAL)) & clean & (last != PARTICLE) & ~alone
+
+
 def number_spans(
-    spans, digit_ids: torch.Tensor, word_ids: torch.Tensor, continuation_ids: torch.Tensor
+    spans,
+    digit_ids: torch.Tensor,
+    word_ids: torch.Tensor,
+    continuation_ids: torch.Tensor,
+    code_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.BoolTensor:
     """Which candidate spans hold a number, written in digits or in words: `(B, R, N)`, `True` where a wordpiece of
     span `n` of block `r` is among `digit_ids` ("1912", "30"; not the "2" of "K2", a continuation wordpiece), or among
@@ -726,6 +838,8 @@ def number_spans(
         digit_ids (`torch.LongTensor`): the wordpieces of digits that start a word.
         word_ids (`torch.LongTensor`): the number words.
         continuation_ids (`torch.LongTensor`): the wordpieces that continue a word ("##...").
+        code_ids (`tuple` of two `torch.LongTensor`, *optional*): hyphens and letter wordpieces: digits after a hyphen
+            that follows letters are part of a name ("K-300", "F-16"), not a number.
     """
     reader_ids = spans.reader_input_ids  # (B, R, L)
     device = reader_ids.device
@@ -734,6 +848,10 @@ def number_spans(
         return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
     continued = _continued(reader_ids, continuation_ids)
     numbers = torch.isin(reader_ids, digit_ids.to(device)) | (torch.isin(reader_ids, word_ids.to(device)) & ~continued)
+    if code_ids is not None:
+        hyphens, letters = (torch.isin(reader_ids, ids.to(device)) for ids in code_ids)
+        after_code = torch.nn.functional.pad(hyphens[..., 1:-1] & letters[..., :-2], (2, 0))  # (B, R, L)
+        numbers &= ~after_code
     # numbers before each position, so that a span's count is a difference of two prefix sums
     counts = numbers.long().cumsum(-1)  # (B, R, L)
     counts = torch.nn.functional.pad(counts, (1, 0))  # counts[..., p] = numbers among positions < p
