@@ -1,13 +1,20 @@
-"""Where realm_hf keeps what it builds or fetches for the user: $REALM_HF_HOME, else $XDG_CACHE_HOME/realm_hf.
+"""Where realm_hf keeps what it builds or fetches for the user: $REALM_HF_HOME, else $XDG_CACHE_HOME/realm_hf; and
+[`kept`], the one way an entry there is read back, rebuilt when damaged, and written.
 
 Its own module, importing nothing of the package, so that every layer (data, retrieval, pipelines) can find its cache
 without importing the default model's loading code.
 """
 
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["realm_hf_home"]
+__all__ = ["kept", "realm_hf_home"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def realm_hf_home() -> Path:
@@ -16,3 +23,26 @@ def realm_hf_home() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "realm_hf"
     )
     return Path(home)
+
+
+def kept(
+    path: Path, read: Callable[[Path], T], build: Callable[[], T], write: Callable[[T, Path], None], what: str
+) -> T:
+    """`read(path)` where the entry `path` exists; else `build()`, kept with `write(value, path)` for the next time.
+
+    An entry that cannot be read (damaged, of another format) is built again and replaced, with a warning; a home that
+    cannot be written costs the next start a rebuild, with a warning, and nothing else. `write` must write atomically
+    (the entry appears whole or not at all): `path`'s parent exists when it is called. `what` names the value in the
+    warnings ("the BM25 index")."""
+    if path.exists():
+        try:
+            return read(path)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            logger.warning(f"Rebuilding {what}: could not read {path} ({error})")
+    value = build()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(value, path)
+    except OSError as error:
+        logger.warning(f"Could not keep {what} in {path}: {error}")
+    return value

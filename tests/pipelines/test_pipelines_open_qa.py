@@ -353,8 +353,9 @@ def test_truncated_blocks_map_correctly(demo_dir, truncation_side):
     retriever.tokenizer.truncation_side = truncation_side
     retriever = RealmRetriever(block_records=records, tokenizer=retriever.tokenizer)
     model = RealmForOpenQA.from_pretrained(demo_dir)
+    # forward's ranking, which the test compares with
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu",
-                       prefer_name_answers=False)  # fmt: skip (forward's ranking, which the test compares with)
+                       prefer_name_answers=False)  # fmt: skip
     tokenizer = open_qa.tokenizer
     for question in QUESTIONS[:3]:
         answers = open_qa(question, top_k=10**6)
@@ -684,7 +685,15 @@ def test_asks_for_a_name(question, asks):
 
 
 def test_word_kinds_and_name_like_spans():
-    from realm_hf.pipelines.open_qa import CAPITAL, INITIAL, NO_WORD, NOT_IN_NAMES, PARTICLE, name_like_spans, word_kinds
+    from realm_hf.pipelines.open_qa import (
+        CAPITAL,
+        INITIAL,
+        NO_WORD,
+        NOT_IN_NAMES,
+        PARTICLE,
+        name_like_spans,
+        word_kinds,
+    )
 
     text = "Joan of Arc met Alexander G. Bell in 1876 at Orléans-Nord; the end."
     words = ["Joan", "of", "Arc", "met", "Alexander", "G", ".", "Bell", "in", "1876", "at", "Orl", "éans", "-", "Nord",

@@ -113,7 +113,9 @@ def test_retrofit_can_start_the_encoder_embeddings_from_the_base():
                                              encoder_embeddings_from_base=True)  # fmt: skip
     encoder_embeddings = model.transformer.encoder.embed_tokens.weight
     assert torch.equal(encoder_embeddings, base.transformer.wte.weight)
-    assert encoder_embeddings.requires_grad and encoder_embeddings.data_ptr() != model.transformer.wte.weight.data_ptr()
+    assert (
+        encoder_embeddings.requires_grad and encoder_embeddings.data_ptr() != model.transformer.wte.weight.data_ptr()
+    )
     with pytest.raises(ValueError, match=r"needs encoder_hidden_size \(16\) equal to the base's n_embd \(32\)"):
         RetroForCausalLM.from_base_model(base, chunk_size=CHUNK, cca_layers=[1], encoder_hidden_size=16,
                                          encoder_num_heads=2, encoder_num_layers=1, encoder_embeddings_from_base=True)  # fmt: skip

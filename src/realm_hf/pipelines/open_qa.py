@@ -986,24 +986,18 @@ def stored_document_frequencies(records) -> tuple[Counter, int]:
     if not callable(fingerprint):
         return document_frequencies(iter_record_texts(records))
     from ..atomic import atomic_write_bytes
-    from ..home import realm_hf_home
+    from ..home import kept, realm_hf_home
+
+    def read(path) -> tuple[Counter, int]:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        return Counter(stored["counts"]), int(stored["blocks"])
+
+    def write(value: tuple[Counter, int], path) -> None:
+        atomic_write_bytes(path, json.dumps({"blocks": value[1], "counts": value[0]}).encode("utf-8"))
 
     titles = "titles" if getattr(records, "include_title", True) else "texts"
     path = realm_hf_home() / "word_counts" / f"{fingerprint()}-{titles}.json"
-    try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        return Counter(stored["counts"]), int(stored["blocks"])
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, KeyError, TypeError) as error:  # a damaged file is counted again and replaced
-        logger.warning(f"Counting the corpus' words again: could not read {path} ({error})")
-    counts, total = document_frequencies(iter_record_texts(records))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, json.dumps({"blocks": total, "counts": counts}).encode("utf-8"))
-    except OSError as error:  # a read-only cache costs the next start a recount, nothing else
-        logger.warning(f"Could not keep the corpus' word counts in {path}: {error}")
-    return counts, total
+    return kept(path, read, lambda: document_frequencies(iter_record_texts(records)), write, "the corpus' word counts")
 
 
 def unknown_names(question: str, frequencies: Counter) -> list[str]:

@@ -145,31 +145,33 @@ class BM25Searcher:
 
     @classmethod
     def _cached(cls, store, settings: dict, cache_dir: Path, bm25s) -> BM25Searcher:
+        from ..home import kept
+
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:32]
-        directory = cache_dir / key
-        if (directory / "settings.json").is_file():
-            try:
-                retriever = bm25s.BM25.load(str(directory), mmap=False, allow_pickle=False)
-                logger.info(f"Loaded the BM25 index of {settings['blocks']} blocks from {directory}")
-                return cls(retriever, num_blocks=settings["blocks"])
-            except (OSError, ValueError) as error:  # a damaged cache entry is rebuilt, not fatal
-                logger.warning(f"Rebuilding the BM25 index: could not read {directory} ({error})")
-        searcher = cls.from_documents(store, include_title=settings["include_title"], k1=settings["k1"],
+
+        def read(directory: Path) -> BM25Searcher:
+            if not (directory / "settings.json").is_file():  # written last: an entry without it is not whole
+                raise FileNotFoundError(f"no settings.json in {directory}")
+            retriever = bm25s.BM25.load(str(directory), mmap=False, allow_pickle=False)
+            logger.info(f"Loaded the BM25 index of {settings['blocks']} blocks from {directory}")
+            return cls(retriever, num_blocks=settings["blocks"])
+
+        def build() -> BM25Searcher:
+            return cls.from_documents(store, include_title=settings["include_title"], k1=settings["k1"],
                                       b=settings["b"])  # fmt: skip
-        temporary = None
-        try:
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            temporary = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
-            searcher.retriever.save(str(temporary), allow_pickle=False)
-            (temporary / "settings.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(temporary, directory)  # the entry appears whole or not at all
-        except OSError as error:  # a read-only cache costs the next start a rebuild, nothing else
-            logger.warning(f"Could not keep the BM25 index in {cache_dir}: {error}")
-            if temporary is not None:
+
+        def write(searcher: BM25Searcher, directory: Path) -> None:
+            temporary = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=directory.parent))
+            try:
+                searcher.retriever.save(str(temporary), allow_pickle=False)
+                (temporary / "settings.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+                if directory.exists():
+                    shutil.rmtree(directory)
+                os.replace(temporary, directory)  # the entry appears whole or not at all
+            finally:
                 shutil.rmtree(temporary, ignore_errors=True)
-        return searcher
+
+        return kept(cache_dir / key, read, build, write, "the BM25 index")
 
     @staticmethod
     def _tokenize(bm25s, texts: list[str], stemmer: Callable | None, return_ids: bool):
