@@ -106,10 +106,16 @@ def parse_args(argv=None):
     parser.add_argument("--retro-learning-rate", type=float, default=2e-3)
     parser.add_argument(
         "--copy-steps", type=int, default=0,
-        help="the first n steps of the retrofit and scratch stages read each training chunk itself as its first "
-        "neighbour (with its continuation: the next chunk), to learn to find the place in a neighbour and copy on; "
-        "the other steps read the retrieved neighbours",
+        help="a copy curriculum: in the first n steps of the retrofit and scratch stages, a training chunk's first "
+        "neighbour is its own text and what follows (see --copy-shift, --copy-drop, --copy-fraction)",
     )  # fmt: skip
+    parser.add_argument("--copy-fraction", type=float, default=1.0,
+                        help="the share of training windows that read such copies in those steps")  # fmt: skip
+    parser.add_argument("--copy-shift", type=int, default=0,
+                        help="the copy starts up to this many tokens after the chunk's start (random per chunk), so "
+                        "that copying by position fails and copying by content is learned")  # fmt: skip
+    parser.add_argument("--copy-drop", type=float, default=0.0,
+                        help="each token of the copy is dropped with this probability (a stand-in for paraphrase)")  # fmt: skip
     parser.add_argument("--encoder-embeddings-from-base", action="store_true",
                         help="retrofit: the neighbour encoder's token embeddings start as a copy of the base's")  # fmt: skip
     parser.add_argument("--scratch-learning-rate", type=float, default=2e-3)
@@ -304,6 +310,54 @@ def _batch_indices(step: int, batch_size: int, num_examples: int, seed: int) -> 
     return indices
 
 
+class Copies(torch.utils.data.Dataset):
+    """The training windows of `sequences` where each chunk's first neighbour is a copy of its own text and what
+    follows it (`copy_tokens`, `(chunks, 2m)`), for a `fraction` of the windows: starting up to `max_shift` tokens after
+    the chunk's start, each token dropped with probability `drop`. Chosen per window and chunk from the seed alone, so a
+    resumed run reads what an uninterrupted one would."""
+
+    def __init__(self, sequences, chunks, fraction: float, max_shift: int, drop: float, seed: int):
+        self.sequences, self.chunks = sequences, chunks
+        self.fraction, self.max_shift, self.drop, self.seed = fraction, max_shift, drop, seed
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def __getitem__(self, index: int) -> dict:
+        feature = self.sequences[index]
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        if float(torch.rand((), generator=generator)) >= self.fraction:
+            return feature
+        first, count = self.sequences.windows[index]
+        chunks, width = self.chunks, 2 * self.chunks.chunk_size
+        copies = torch.full((count, width), chunks.pad_token_id, dtype=torch.long)
+        for offset in range(count):
+            chunk = first + offset
+            same = [row for row in range(chunk, min(chunk + 3, len(chunks)))
+                    if chunks.document_ids[row] == chunks.document_ids[chunk]]  # fmt: skip
+            stream = chunks.tokens[same].reshape(-1).long()
+            stream = stream[stream != chunks.pad_token_id]
+            shift = int(torch.randint(0, self.max_shift + 1, (), generator=generator))
+            stream = stream[shift:]
+            stream = stream[torch.rand(stream.shape[0], generator=generator) >= self.drop][:width]
+            copies[offset, : stream.shape[0]] = stream
+        return {**feature, "copy_tokens": copies}
+
+
+class WithCopies:
+    """A `RetroCollator` whose batches read `copy_tokens` (from [`Copies`]) as the first neighbour where given."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __call__(self, features: list[dict]) -> dict:
+        batch = self.collator(features)
+        for row, feature in enumerate(features):
+            if "copy_tokens" in feature:
+                batch["neighbour_input_ids"][row, : feature["copy_tokens"].shape[0], 0] = feature["copy_tokens"]
+        return batch
+
+
 def _save_checkpoint(model, optimizer, state: dict, directory: Path) -> None:
     """`checkpoint/`: model weights, AdamW moments and `state.json` (written last, so a checkpoint with it is whole)."""
     staging, final = directory / "checkpoint.new", directory / "checkpoint"
@@ -473,10 +527,9 @@ def main(argv=None) -> int:
 
     train_sequences = RetroSequences(database.chunks, train_neighbours, args.chunks_per_sequence)
     copy_sequences = None
-    if args.copy_steps:
-        own = train_neighbours.clone()
-        own[:, 0] = torch.arange(len(database.chunks))  # the database's chunks are the training chunks, in order
-        copy_sequences = RetroSequences(database.chunks, own, args.chunks_per_sequence)
+    if args.copy_steps:  # the database's chunks are the training chunks, in order
+        copy_sequences = Copies(train_sequences, database.chunks, args.copy_fraction, args.copy_shift, args.copy_drop,
+                                args.seed)  # fmt: skip
     eval_sequences = RetroSequences(eval_chunks, eval_neighbours, args.chunks_per_sequence)
     num_bytes = evaluated_bytes(tokens, corpus, eval_chunks, eval_sequences.windows, args.chunk_size)
     cca_layers = [int(layer) for layer in args.cca_layers.split(",")]
@@ -516,7 +569,7 @@ def main(argv=None) -> int:
         )  # fmt: skip
         trainable = sum(p.numel() for p in retro.parameters() if p.requires_grad)
         print(f"RETRO-fitting: {trainable:,} new trainable parameters, {args.retro_steps} steps", flush=True)
-        if not train(retro, args, train_sequences, RetroCollator(database.chunks), args.retro_steps,
+        if not train(retro, args, train_sequences, WithCopies(RetroCollator(database.chunks)), args.retro_steps,
                      args.retro_learning_rate, retro_dir, copy_sequences):  # fmt: skip
             return 0
 
@@ -532,7 +585,7 @@ def main(argv=None) -> int:
         ))  # fmt: skip
         print(f"training RETRO from scratch ({scratch.num_parameters():,} parameters) for {args.scratch_steps} steps",
               flush=True)  # fmt: skip
-        if not train(scratch, args, train_sequences, RetroCollator(database.chunks), args.scratch_steps,
+        if not train(scratch, args, train_sequences, WithCopies(RetroCollator(database.chunks)), args.scratch_steps,
                      args.scratch_learning_rate, scratch_dir, copy_sequences):  # fmt: skip
             return 0
 

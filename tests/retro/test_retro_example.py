@@ -58,6 +58,38 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
     assert trained["steps"] == 5 and trained["losses"][-1][0] == 5
 
 
+def test_copies_read_a_chunks_own_text_as_its_first_neighbour():
+    example = _example()
+    generator = torch.Generator().manual_seed(0)
+    documents = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in (13, 9, 20)]
+    chunks = chunk_documents(documents, CHUNK)
+    sequences = RetroSequences(chunks, torch.randint(0, len(chunks), (len(chunks), 2), generator=generator), 2)
+    exact = example.Copies(sequences, chunks, fraction=1.0, max_shift=0, drop=0.0, seed=0)
+    noisy = example.Copies(sequences, chunks, fraction=1.0, max_shift=3, drop=0.3, seed=0)
+    for index in range(len(sequences)):
+        first, count = sequences.windows[index]
+        # unshifted, nothing dropped: the chunk and its continuation, as the database gives them for the chunk's id
+        assert torch.equal(exact[index]["copy_tokens"], chunks.neighbour_tokens(torch.arange(first, first + count)))
+        document = documents[int(chunks.document_ids[first])]
+        for offset, copy in enumerate(noisy[index]["copy_tokens"].tolist()):
+            copy = [token for token in copy if token != chunks.pad_token_id]
+            start = (first - int(torch.nonzero(chunks.document_ids == chunks.document_ids[first])[0]) + offset) * CHUNK
+            rest = iter(document[start:])  # the copy is the document's text from the chunk on, with tokens left out
+            assert all(token in rest for token in copy), (index, offset)
+            assert copy or len(document) - start <= 3  # empty only where the shift passed the document's end
+    assert all(
+        "copy_tokens" not in example.Copies(sequences, chunks, 0.0, 0, 0.0, 0)[i] for i in range(len(sequences))
+    )
+    half = [("copy_tokens" in example.Copies(sequences, chunks, 0.5, 0, 0.0, seed)[0]) for seed in range(40)]
+    assert 5 < sum(half) < 35
+    batch = example.WithCopies(RetroCollator(chunks))([noisy[0], sequences[1]])
+    plain = RetroCollator(chunks)([noisy[0], sequences[1]])
+    count = sequences.windows[0][1]
+    assert torch.equal(batch["neighbour_input_ids"][0, :count, 0], noisy[0]["copy_tokens"])
+    assert torch.equal(batch["neighbour_input_ids"][0, :, 1], plain["neighbour_input_ids"][0, :, 1])
+    assert torch.equal(batch["neighbour_input_ids"][1], plain["neighbour_input_ids"][1])
+
+
 def test_parallel_documents_are_the_other_translation_of_held_out_books():
     example = _example()
     documents = [{"code": f"{translation}/{book}", "book": book} for translation in ("kjv", "web")
