@@ -506,6 +506,7 @@ def main(argv=None) -> int:
         RetroConfig,
         RetroForCausalLM,
         RetroSequences,
+        copy_baseline_bits_per_byte,
         database_scaling,
         evaluate_bits_per_byte,
         plot_database_scaling,
@@ -608,6 +609,10 @@ def main(argv=None) -> int:
     base_result = evaluate_bits_per_byte(base, eval_sequences, RetroCollator(database.chunks, "off"),
                                          num_bytes=num_bytes)  # fmt: skip
 
+    # What a trivial reader of the same neighbours gains: the base mixed with a copy of what follows the previous
+    # token in them. Large where the database holds the held-out text in other words, whatever the model learned.
+    copy_baseline = copy_baseline_bits_per_byte(base, eval_sequences, database.chunks, num_bytes=num_bytes)
+
     wiki_chunks = wiki_keys = None
     if (output / "wiki.safetensors").exists() and args.wiki_documents != 0:
         wiki = load_file(str(output / "wiki.safetensors"))
@@ -633,6 +638,7 @@ def main(argv=None) -> int:
             for entry in scaling[main_model]
         ],  # fmt: skip
         "held_out_perplexity": {name: main_results[name]["perplexity"] for name in main_results},
+        "copy_baseline_bits_per_byte": copy_baseline,
         "details": main_results,
         "models": {
             name: {
@@ -687,6 +693,9 @@ def main(argv=None) -> int:
     for name, value in bits.items():
         print(f"held-out bits per byte ({main_model}), {name}: {value:.4f} "
               f"(perplexity {summary['held_out_perplexity'][name]:.2f})")  # fmt: skip
+    best = min((value, name) for name, value in copy_baseline.items() if name != "lm")
+    print(f"copy baseline (the base LM mixed with a copy of the neighbours, {best[1]}): {best[0]:.4f} bits per byte "
+          f"({(copy_baseline['lm'] - best[0]) / copy_baseline['lm']:.1%} below the base)")  # fmt: skip
     for entry in summary["database_scaling"]:
         print(f"database {entry['name']}: {entry['chunks']:,} chunks, gain {entry['gain']:.2%}")
     for name, entry in summary.get("without_parallel_documents", {}).items():

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 from retro_helpers import CHUNK, VOCAB, tiny_retro_config
 from transformers import TrainingArguments
@@ -100,3 +101,57 @@ def test_retro_learns_to_read_the_next_chunk_from_its_neighbours():
         off = model(ids, labels=ids).loss.item()
         shuffled = model(ids, neighbour_input_ids=neighbours.roll(1, dims=0), labels=ids).loss.item()
     assert on < off - 2.0 and shuffled > off, (on, off, shuffled)  # off: about ln(37) = 3.6 per token
+
+
+def _copy_baseline_by_hand(lm, dataset, chunks, num_bytes, weight):
+    """The copy baseline token by token, as its docstring says."""
+    collator = RetroCollator(chunks)
+    nats = 0.0
+    for index in range(len(dataset)):
+        batch = collator([dataset[index]])
+        ids, neighbours = batch["input_ids"][0].tolist(), batch["neighbour_input_ids"][0]
+        with torch.no_grad():
+            probabilities = lm(input_ids=batch["input_ids"]).logits[0].float().softmax(-1)
+        for t in range(len(ids) - 1):
+            if batch["labels"][0, t + 1] == -100:  # the padding that ends a document's last chunk
+                continue
+            target, chunk = ids[t + 1], (t + 1) // CHUNK - 1
+            p_copy = 0.0
+            if chunk >= 0:
+                rows = [[token for token in row.tolist()] for row in neighbours[chunk]]
+                bag = [token for row in rows for token in row if token != chunks.pad_token_id]
+                following = [row[j + 1] for row in rows for j in range(len(row) - 1)
+                             if row[j] == ids[t] and row[j + 1] != chunks.pad_token_id]  # fmt: skip
+                if following:
+                    p_copy = following.count(target) / len(following)
+                elif bag:
+                    p_copy = bag.count(target) / len(bag)
+            nats -= math.log((1 - weight) * float(probabilities[t, target]) + weight * p_copy)
+    return bits_per_byte(nats, num_bytes)
+
+
+def test_the_copy_baseline_mixes_the_lm_with_what_follows_the_previous_token_in_the_neighbours():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from realm_hf.retro import copy_baseline_bits_per_byte
+
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    documents = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in (14, 11, 17)]
+    chunks = chunk_documents(documents, CHUNK)
+    # half the neighbours are the chunk itself (its continuation: the next chunk), half random
+    own = torch.arange(len(chunks))[:, None]
+    neighbours = torch.cat((own, torch.randint(0, len(chunks), (len(chunks), 1), generator=generator)), dim=1)
+    dataset = RetroSequences(chunks, neighbours, 3)
+    lm = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=16, n_layer=1, n_head=2)).eval()
+    result = copy_baseline_bits_per_byte(lm, dataset, chunks, num_bytes=100, weights=(0.1, 0.5))
+    off = evaluate_bits_per_byte(lm, dataset, RetroCollator(chunks, retrieval="off"), num_bytes=100)
+    assert set(result) == {"lm", "copy w=0.1", "copy w=0.5"}
+    assert math.isclose(result["lm"], off["bits_per_byte"], rel_tol=1e-5)
+    for weight in (0.1, 0.5):
+        expected = _copy_baseline_by_hand(lm, dataset, chunks, 100, weight)
+        assert math.isclose(result[f"copy w={weight:g}"], expected, rel_tol=1e-6)
+    # the next chunk is in the neighbours: reading them helps an untrained LM a lot
+    assert result["copy w=0.5"] < 0.8 * result["lm"]
+    with pytest.raises(ValueError, match=r"weights must each be in \(0, 1\)"):
+        copy_baseline_bits_per_byte(lm, dataset, chunks, num_bytes=100, weights=(1.0,))

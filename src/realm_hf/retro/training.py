@@ -153,6 +153,70 @@ def evaluate_bits_per_byte(model, dataset: Dataset, collator: RetroCollator, *, 
     return result
 
 
+@torch.no_grad()
+def copy_baseline_bits_per_byte(lm, dataset: Dataset, database_chunks: RetroChunks, *, num_bytes: int,
+                                weights: Sequence[float] = (0.05, 0.1, 0.2, 0.3),
+                                batch_size: int = 8) -> dict[str, float]:  # fmt: skip
+    r"""
+    How much a trivial reader of the neighbours gains: bits per byte of a language model without retrieval mixed with
+    a copy distribution over each chunk's neighbours, `(1 - w) p_lm + w p_copy`, for each mixing weight `w`.
+
+    `p_copy` reads the neighbours RETRO reads for a token (those of the chunk before it: a token at position `t`
+    predicted from chunk `u = (t + 1) // m - 1`'s neighbours, none in the first chunk) the way an induction head would:
+    where the previous token occurs in them, the tokens that follow it there, each occurrence counting once; where it
+    does not occur, the neighbours' tokens as a bag. A database that holds the held-out text in other words (a second
+    translation, a paraphrase) gives a large gain here whether or not a RETRO model learned to read it: compare it with
+    the RETRO model's own gain to tell "the database lacks it" from "the model does not read it".
+
+    Args:
+        lm: a causal LM taking `input_ids` (e.g. the base `GPT2LMHeadModel`), evaluated without retrieval.
+        dataset ([`RetroSequences`]): the held-out windows with their neighbours.
+        database_chunks ([`RetroChunks`]): what the neighbour ids point into.
+        num_bytes (`int`): UTF-8 bytes of the text whose tokens are predicted (as for [`evaluate_bits_per_byte`]).
+        weights (sequence of `float`): the mixing weights `w`, each in (0, 1).
+
+    Returns:
+        `dict`: `"lm"` (the model alone) and one `"copy w=<w>"` entry per weight, in bits per byte.
+    """
+    if not all(0.0 < weight < 1.0 for weight in weights):
+        raise ValueError(f"weights must each be in (0, 1), got {list(weights)}.")
+    collator = RetroCollator(database_chunks)
+    pad, m = database_chunks.pad_token_id, database_chunks.chunk_size
+    was_training = lm.training
+    lm.eval()
+    nats = torch.zeros(len(weights) + 1, dtype=torch.float64)
+    try:
+        for start in range(0, len(dataset), batch_size):
+            batch = collator([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
+            input_ids, labels, neighbours = batch["input_ids"], batch["labels"], batch["neighbour_input_ids"]
+            probabilities = lm(input_ids=input_ids.to(lm.device)).logits.float().softmax(-1).cpu()  # (B, T, V)
+            length = input_ids.shape[1]
+            positions = torch.arange(length - 1)  # position t predicts token t + 1
+            chunk = (positions + 1) // m - 1  # (T-1,): whose neighbours; -1 for none
+            targets = labels[:, 1:]  # (B, T-1)
+            valid = targets != -100
+            p_lm = probabilities[:, :-1].gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, T-1)
+            read = neighbours[:, chunk.clamp(min=0)].flatten(2, 3)  # (B, T-1, k * 2m): one row per neighbour, joined
+            read = read.masked_fill((chunk < 0)[None, :, None], pad)
+            current, following = read[..., :-1], read[..., 1:]
+            # pairs inside one neighbour only (not the last token of one and the first of the next)
+            inside = (torch.arange(read.shape[-1] - 1) % (2 * m)) != (2 * m - 1)
+            matches = (current == input_ids[:, :-1, None]) & (following != pad) & inside  # (B, T-1, k*2m - 1)
+            hits = (matches & (following == targets[..., None])).sum(-1).double()
+            bag = (read != pad).sum(-1).double()
+            p_bag = (read == targets[..., None]).sum(-1).double() / bag.clamp(min=1)
+            count = matches.sum(-1).double()
+            p_copy = torch.where(count > 0, hits / count.clamp(min=1), p_bag)  # (B, T-1)
+            nats[0] -= p_lm.double().log()[valid].sum()
+            for index, weight in enumerate(weights, start=1):
+                mixed = (1 - weight) * p_lm.double() + weight * p_copy
+                nats[index] -= mixed.log()[valid].sum()
+    finally:
+        lm.train(was_training)
+    names = ["lm"] + [f"copy w={weight:g}" for weight in weights]
+    return {name: bits_per_byte(float(value), num_bytes) for name, value in zip(names, nats)}
+
+
 class RetroTrainer(JsonTrainingArgumentsMixin, Trainer):
     r"""
     `Trainer` for RETRO: batches come from a [`RetroCollator`], and `evaluate()` reports the held-out loss, perplexity
@@ -197,5 +261,6 @@ __all__ = [
     "RetroSequences",
     "RetroTrainer",
     "bits_per_byte",
+    "copy_baseline_bits_per_byte",
     "evaluate_bits_per_byte",
 ]
