@@ -81,3 +81,20 @@ def test_a_pipeline_without_a_model_reads_the_installed_default_model(tmp_path, 
     monkeypatch.setattr(realm_hf.default_model, "default_model_dir", lambda: None)
     with pytest.raises(ValueError, match=r'pipeline\("open-qa"\) without model=: expected the default model'):
         pipeline("open-qa", device="cpu")
+
+
+def test_registering_needs_no_installed_default_model(monkeypatch):
+    """A wheel has no models/ folder: `import realm_hf` registers the task all the same (it raised, and every command
+    with it), and only a pipeline made without `model=` says the default model is missing."""
+    import pytest
+    from transformers import pipeline
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    import realm_hf.default_model
+
+    monkeypatch.setattr(realm_hf.default_model, "default_model_dir", lambda: None)
+    monkeypatch.delitem(PIPELINE_REGISTRY.supported_tasks, "open-qa")
+    realm_hf.register()
+    assert "open-qa" in PIPELINE_REGISTRY.get_supported_tasks()
+    with pytest.raises(ValueError, match=r"expected the default model .* which is not installed"):
+        pipeline("open-qa", device="cpu")

@@ -43,6 +43,11 @@ class _InstalledDefaultModel(Mapping):
                              "pass model= (a model directory or Hub repo id)")  # fmt: skip
         return str(directory), None
 
+    def __contains__(self, key) -> bool:
+        # Without the lookup: `register_pipeline` asks `"model" in default` at import, when no default model need be
+        # installed (a wheel has none), and Mapping's own `in` would look it up and raise.
+        return key == "model"
+
     def __iter__(self):
         return iter(("model",))
 
