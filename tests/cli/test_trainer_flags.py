@@ -107,7 +107,7 @@ def test_an_explicit_flag_overrides_the_recipe_even_at_the_trainer_default(tmp_p
 def test_pretrain_recipe_defaults_and_flags_of_before(tmp_path):
     args = _pretrain(tmp_path, "--max-steps", "300")
     assert args.output_dir == str(tmp_path / "checkpoints") and args.max_steps == 300
-    assert (args.learning_rate, args.weight_decay, args.max_grad_norm, args.warmup_steps) == (3e-5, 0.01, 1.0, 100)
+    assert (args.learning_rate, args.weight_decay, args.max_grad_norm, args.warmup_steps) == (3e-5, 0.01, 1.0, 30)
     assert (args.logging_steps, args.save_steps, args.save_total_limit, args.seed) == (10, 100, 2, 42)
     assert (args.per_device_train_batch_size, args.optim, args.report_to, args.label_names) == (8, "adamw_torch_fused",
                                                                                                 [], [])  # fmt: skip

@@ -124,7 +124,7 @@ def test_training_updates_question_encoder_and_reader_only_and_keeps_the_best_ch
 
 
 def test_orqa_settings_and_step_arithmetic(tmp_path):
-    assert [orqa_warmup_steps(n) for n in (50, 500, 5_000, 200_000)] == [50, 100, 500, 10_000]
+    assert [orqa_warmup_steps(n) for n in (5, 50, 500, 5_000, 200_000)] == [1, 5, 50, 500, 10_000]
     args = orqa_training_arguments(str(tmp_path), max_steps=3000)
     assert (args.learning_rate, args.weight_decay, args.max_grad_norm, args.warmup_steps) == (1e-5, 0.01, 1.0, 300)
     assert args.metric_for_best_model == "exact_match" and args.load_best_model_at_end and args.eval_steps == 300
@@ -244,3 +244,60 @@ def test_cli_train_names_the_missing_documents(demo_dir, tmp_path, capsys):
                  "--max-steps", "1"]) == 1  # fmt: skip
     error = capsys.readouterr().err
     assert "holds no block records" in error and "--index DIR" in error and "--documents FILE" in error
+
+
+def test_cli_train_handles_what_users_hand_it(demo_dir, tmp_path, capsys):
+    """Unanswerable rows left out with a note, unreadable files named, a checkpoint cut short by an interrupt skipped, a
+    changed corpus tokenized again, a borrowed calibration set aside, the starting model never overwritten."""
+    from realm_hf.cli.main import main
+
+    def build_index(name, city):
+        corpus = tmp_path / f"{name}.jsonl"
+        corpus.write_text("".join(json.dumps({"title": f"Doc {i}", "text": f"{city} is the capital of France {i}."})
+                                  + "\n" for i in range(5)))  # fmt: skip
+        assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(corpus), "--output",
+                     str(tmp_path / name), "--quiet"]) == 0  # fmt: skip
+        return str(tmp_path / name)
+
+    index = build_index("index", "Paris")
+    rows = [{"question": "What is the capital of France?", "answers": ["Paris"]},
+            {"question": "Who is the CEO of my company?", "answers": []}]  # fmt: skip
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "out"
+    common = ["--model", str(demo_dir), "--index", index, "--train-file", str(data), "--output-dir", str(out),
+              "--batch-size", "1", "--save-steps", "1"]  # fmt: skip
+    capsys.readouterr()
+    assert main(["train", *common, "--dev-file", str(data), "--max-steps", "2", "--eval-steps", "1"]) == 0
+    error = capsys.readouterr().err
+    assert f"1 question(s) of {data} without answers left out" in error  # train and dev file alike
+    assert json.loads((out / "train_results.json").read_text())["global_step"] == 2
+
+    # A longer run resumes from checkpoint-2; a checkpoint the interrupt cut short (no trainer_state.json) is removed
+    (out / "checkpoint-7").mkdir()
+    (out / "checkpoint-7" / "model.safetensors").write_bytes(b"half")
+    (out / "calibration.json").write_text("{}")  # fitted to the model trained here before
+    assert main(["train", *common, "--max-steps", "3"]) == 0
+    error = capsys.readouterr().err
+    assert "checkpoint-7 was not written whole" in error and not (out / "checkpoint-7").exists()
+    assert json.loads((out / "train_results.json").read_text())["global_step"] == 3
+    assert not (out / "calibration.json").exists() and (out / "calibration.previous.json").read_text() == "{}"
+
+    # The corpus changed (same number of documents): tokenized again, not read from the old blocks
+    before = ((out / "blocks.json").read_text(), (out / "blocks.safetensors").read_bytes())
+    other = build_index("other", "Lyon")
+    assert main(["train", *common[:2], "--index", other, *common[4:], "--max-steps", "4"]) == 0
+    after = ((out / "blocks.json").read_text(), (out / "blocks.safetensors").read_bytes())
+    assert after[0] != before[0] and after[1] != before[1]
+
+    # Mistakes: the starting model as output, an empty file, a CSV named .jsonl
+    assert main(["train", "--model", str(demo_dir), "--index", index, "--train-file", str(data), "--output-dir",
+                 str(demo_dir), "--max-steps", "1"]) == 2  # fmt: skip
+    assert "is the model you start from" in capsys.readouterr().err
+    for name, text, expected in [("empty.jsonl", "", "is empty: expected one question per line"),
+                                 ("table.jsonl", "question,answers\nWho?,Paris\n", "could not be read as JSON lines")]:  # fmt: skip
+        bad = tmp_path / name
+        bad.write_text(text)
+        assert main(["train", *common[:4], "--train-file", str(bad), *common[8:], "--output-dir", str(tmp_path / "x")]) == 1
+        error = capsys.readouterr().err
+        assert expected in error and str(bad) in error, error

@@ -194,7 +194,7 @@ def test_model_saves_as_one_checkpoint_and_as_plain_parts(setup, tmp_path):
     assert torch.equal(
         encoder.cls.predictions.transform.dense.weight, model.encoder.cls.predictions.transform.dense.weight
     )
-    assert pretraining_warmup_steps(50) == 50 and pretraining_warmup_steps(5000) == 500
+    assert pretraining_warmup_steps(50) == 5 and pretraining_warmup_steps(5000) == 500
 
 
 @pytest.fixture(scope="module")

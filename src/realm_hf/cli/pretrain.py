@@ -42,7 +42,7 @@ EPILOG = (
     TRAINER_FLAGS_HELP.format(prog="realm-hf pretrain")
     + """\
   REALM's: --max-steps N (required, > 0), --learning-rate 3e-5, --weight-decay 0.01, --max-grad-norm 1.0,
-  --warmup-steps min(10000, max(100, steps / 10)), --logging-steps 10, --save-steps 100, --save-total-limit 2,
+  --warmup-steps max(1, min(10000, steps / 10)), --logging-steps 10, --save-steps 100, --save-total-limit 2,
   --seed 42, --optim adamw_torch_fused.
 --output-dir and --batch-size are this command's own, also spelled the Trainer's way (--output_dir,
 --per_device_train_batch_size; checkpoints go to OUTPUT/checkpoints/); --cpu sets --use_cpu, --quiet

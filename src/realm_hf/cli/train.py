@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from realm_hf.atomic import atomic_write_bytes
 from realm_hf.precision import add_precision_argument, precision_from_args
 
 from .arguments import TRAINER_FLAGS_HELP, add_trainer_flags, finished_run, model_location, positive_int
@@ -30,7 +31,7 @@ EPILOG = (
     TRAINER_FLAGS_HELP.format(prog="realm-hf train")
     + """\
   ORQA's (orqa_training_arguments): --learning-rate 1e-5, --weight-decay 0.01, --lr-scheduler-type linear,
-  --warmup-steps min(10000, max(100, steps / 10)), --max-grad-norm 1.0, --eval-steps and --save-steps a tenth of the
+  --warmup-steps max(1, min(10000, steps / 10)), --max-grad-norm 1.0, --eval-steps and --save-steps a tenth of the
   run, --logging-steps min(50, eval steps), --save-total-limit 2, the best dev exact match kept; and --optim
   adamw_torch_fused (ORQA's AdamW in one fused kernel), --seed 42. --max-steps (> 0) excludes --num-epochs.
 --output-dir, --batch-size, --eval-batch-size and --num-epochs are this command's own, also spelled the Trainer's
@@ -52,10 +53,43 @@ def _load_rows(path: str | None, dataset: str | None, split: str):
     kind = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(location.suffix)
     if kind is None:
         raise ValueError(f"expected a .jsonl, .json, .csv or .parquet file of questions, got {path!r}.")
-    rows = datasets.load_dataset(kind, data_files=str(location), split="train")
+    if location.stat().st_size == 0:
+        raise ValueError(f"{path} is empty: expected one question per line, e.g. "
+                         '{"question": "Who founded Acme?", "answers": ["Margaret Holt"]}')  # fmt: skip
+    try:
+        rows = datasets.load_dataset(kind, data_files=str(location), split="train")
+    except Exception as error:  # noqa: BLE001 (datasets and pyarrow raise many kinds for a file that is not the format)
+        cause = str(error.__cause__ or error).splitlines()[0][:200]
+        raise ValueError(f"{path} could not be read as {_KIND_NAMES[kind]} ({type(error).__name__}: {cause}). "
+                         "Check that it is UTF-8 and holds what its extension says.") from error  # fmt: skip
     if "question" not in rows.column_names or not {"answers", "answer"} & set(rows.column_names):
         raise ValueError(f"{path}: expected columns 'question' and 'answers' (or 'answer'), got {rows.column_names}.")
-    return rows
+    return _answerable(rows, path)
+
+
+_KIND_NAMES = {"json": "JSON lines (or a JSON array)", "csv": "CSV", "parquet": "Parquet"}
+
+
+def _answerable(rows, path: str):
+    """The rows with at least one answer; the others (unanswerable questions, which a calibration set holds) are left
+    out with a note: there is no span to train or score on."""
+    from realm_hf.training.finetune import answers_of
+
+    def has_answers(row) -> bool:
+        try:
+            return bool(answers_of(row))
+        except ValueError:
+            return True  # a malformed row is reported where it is read, with its reason
+
+    kept = rows.filter(has_answers, desc=None) if len(rows) else rows
+    left_out = len(rows) - len(kept)
+    if left_out and not len(kept):
+        raise ValueError(f"{path}: every question has 'answers': [] (unanswerable); expected questions with answers "
+                         "to train and score on (unanswerable ones belong in `realm-hf calibrate --data`).")  # fmt: skip
+    if left_out:
+        print(f"note: {left_out} question(s) of {path} without answers left out: there is no answer to train or score "
+              "on (they count in `realm-hf calibrate --data`).", file=sys.stderr)  # fmt: skip
+    return kept
 
 
 def _documents(args):
@@ -133,6 +167,11 @@ def cmd_train(args) -> int:
     _check_length(args)
     args.model = model_location(args.model)  # a mistyped --model is named at once, not after minutes of Hub retries
     output = Path(args.output_dir)
+    if Path(args.model).is_dir() and output.resolve() == Path(args.model).resolve():
+        from realm_hf.errors import UsageError
+
+        raise UsageError(f"--output-dir {args.output_dir} is the model you start from (--model): training would "
+                         "overwrite it; expected another directory, e.g. --output-dir my-model")  # fmt: skip
     try:
         train_rows = _load_rows(args.train_file, args.dataset, args.train_split)
         dev_rows = None
@@ -152,10 +191,12 @@ def cmd_train(args) -> int:
     tokenizer = RealmTokenizer.from_pretrained(args.model)
     documents = _documents(args)
     blocks_path = output / "blocks.safetensors"
+    corpus_key = _corpus_key(documents, args)
     with training_args.main_process_first(desc="tokenizing the corpus"):
-        if not blocks_path.is_file():
+        if not blocks_path.is_file() or args.no_resume or _stored_corpus_key(output) != corpus_key:
             output.mkdir(parents=True, exist_ok=True)
             tokenize_corpus(tokenizer, documents, blocks_path, max_block_length=args.max_block_length)
+            atomic_write_bytes(output / BLOCKS_KEY_FILE, json.dumps(corpus_key).encode("utf-8"))
     records = documents.as_block_records() if hasattr(documents, "as_block_records") else documents
     retriever = PreTokenizedRetriever(PreTokenizedBlocks.open(blocks_path), tokenizer, block_records=records)
 
@@ -175,9 +216,11 @@ def cmd_train(args) -> int:
         model=model, args=training_args, train_dataset=train_rows, eval_dataset=dev_rows, processing_class=tokenizer,
         data_collator=OpenQACollator(tokenizer, max_question_length=args.max_question_length),
     )  # fmt: skip
-    resume = any(output.glob("checkpoint-*")) and not args.no_resume
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    checkpoint = None if args.no_resume else _last_whole_checkpoint(output)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
     trainer.save_model(str(output))
+    if trainer.is_world_process_zero():
+        _set_aside_calibration(output)
     metrics = trainer.evaluate() if dev_rows is not None else {}
     if trainer.is_world_process_zero():
         if args.index is None and args.documents is None:
@@ -194,6 +237,52 @@ def cmd_train(args) -> int:
                   f"Python: load_open_qa({str(output)!r}, index={args.index!r})). Its answers carry no confidence "
                   f"until you fit one: realm-hf calibrate --model {output} --index {args.index} --data DEV.jsonl")  # fmt: skip
     return 0
+
+
+BLOCKS_KEY_FILE = "blocks.json"
+
+
+def _corpus_key(documents, args) -> dict:
+    """What `OUTPUT/blocks.safetensors` was tokenized from: the documents' fingerprint where they have one (a
+    document store), else the model and the number of blocks, and the block length."""
+    fingerprint = getattr(documents, "fingerprint", None)
+    source = fingerprint() if callable(fingerprint) else f"records of {args.model} ({len(documents)} blocks)"
+    return {"documents": source, "max_block_length": args.max_block_length}
+
+
+def _stored_corpus_key(output: Path) -> dict | None:
+    try:
+        return json.loads((output / BLOCKS_KEY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # none (written before this file existed) or damaged: tokenized again
+
+
+def _last_whole_checkpoint(output: Path) -> Path | None:
+    """The newest `checkpoint-N` with its `trainer_state.json` (the Trainer writes it last). A newer one without it
+    (interrupted while saving) cannot be resumed from: it is removed, with a note, so that the rerun goes on."""
+    import shutil
+
+    checkpoints = sorted((path for path in output.glob("checkpoint-*") if path.name.split("-")[-1].isdigit()),
+                         key=lambda path: int(path.name.split("-")[-1]), reverse=True)  # fmt: skip
+    for checkpoint in checkpoints:
+        if (checkpoint / "trainer_state.json").is_file():
+            return checkpoint
+        print(f"note: {checkpoint} was not written whole (interrupted while saving): removed; resuming from the "
+              "checkpoint before it", file=sys.stderr)  # fmt: skip
+        shutil.rmtree(checkpoint, ignore_errors=True)  # another process of a distributed run may remove it first
+    return None
+
+
+def _set_aside_calibration(output: Path) -> None:
+    """A `calibration.json` in OUTPUT was fitted to another model (the one trained there before, or copied in): kept
+    as `calibration.previous.json`, so that the new model's answers carry no borrowed confidence."""
+    from realm_hf.evaluation.calibration import CALIBRATION_FILE
+
+    stale = output / CALIBRATION_FILE
+    if stale.is_file():
+        stale.replace(output / "calibration.previous.json")
+        print(f"note: {stale} was fitted to the model trained there before: kept as calibration.previous.json; fit "
+              "one for this model with realm-hf calibrate", file=sys.stderr)  # fmt: skip
 
 
 def add_parser(subparsers) -> None:

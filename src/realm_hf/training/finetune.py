@@ -148,8 +148,10 @@ def enable_length_buckets(model, max_buckets: int = 4) -> None:
 
 
 def orqa_warmup_steps(num_training_steps: int) -> int:
-    """ORQA's warm-up: `min(10000, max(100, num_training_steps // 10))` steps (never more than the run itself)."""
-    return min(num_training_steps, 10_000, max(100, num_training_steps // 10))
+    """ORQA's warm-up: a tenth of the steps, at most 10,000 (`max(1, min(10000, num_training_steps // 10))`). ORQA
+    also warms up for at least 100 steps; under 1,000 steps that floor took most or all of a run (a 75-step fine-tune
+    never reached its learning rate), so it is left out."""
+    return max(1, min(10_000, num_training_steps // 10))
 
 
 def orqa_training_arguments(

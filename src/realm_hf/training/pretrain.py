@@ -595,8 +595,7 @@ def delayed_linear_schedule(step: int, start: int, warmup_steps: int, total_step
 
 
 def pretraining_warmup_steps(max_steps: int) -> int:
-    """REALM's warm-up, ORQA's formula ([`orqa_warmup_steps`]): `min(10000, max(100, steps // 10))`, capped at the
-    run's length."""
+    """REALM's warm-up, ORQA's formula ([`orqa_warmup_steps`]): a tenth of the steps, at most 10,000."""
     return orqa_warmup_steps(max_steps)
 
 
