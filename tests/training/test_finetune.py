@@ -298,6 +298,9 @@ def test_cli_train_handles_what_users_hand_it(demo_dir, tmp_path, capsys):
                                  ("table.jsonl", "question,answers\nWho?,Paris\n", "could not be read as JSON lines")]:  # fmt: skip
         bad = tmp_path / name
         bad.write_text(text)
-        assert main(["train", *common[:4], "--train-file", str(bad), *common[8:], "--output-dir", str(tmp_path / "x")]) == 1
+        assert (
+            main(["train", *common[:4], "--train-file", str(bad), *common[8:], "--output-dir", str(tmp_path / "x")])
+            == 1
+        )
         error = capsys.readouterr().err
         assert expected in error and str(bad) in error, error
