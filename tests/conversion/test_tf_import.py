@@ -369,5 +369,6 @@ def test_cli_converts_an_embedder_and_blocks_without_an_index(tmp_path, capsys):
 def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     code = main(["convert", "tf", "--checkpoint", str(tmp_path / "model.ckpt"), "--output", str(tmp_path / "out")])
     assert code == 1
-    assert "realm-hf convert tf: expected a TensorFlow checkpoint index at" in capsys.readouterr().err
+    assert "realm-hf convert tf: error: expected a TensorFlow checkpoint index at" in capsys.readouterr().err
     assert main(["convert", "tf", "--output", str(tmp_path / "out")]) == 2
+    assert "realm-hf convert tf: error: give at least one of --checkpoint" in capsys.readouterr().err

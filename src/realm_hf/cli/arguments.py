@@ -225,6 +225,21 @@ def parse_trainer_flags(words: list[str], prog: str, required: tuple[str, ...] =
     return flags
 
 
+def refuse_to_overwrite(output: Path, option: str = "--output", resumable: bool = False) -> None:
+    """Raises `UsageError` where `output` already holds files: a command that writes a model or an index there would
+    mix its files with, or replace, what is there (a fine-tuned model, another index). `resumable`: the directory is
+    an unfinished or earlier run of the same command, which it may go on with."""
+    from realm_hf.errors import UsageError
+
+    if resumable or not output.is_dir():
+        return
+    held = sorted(path.name for path in output.iterdir())
+    if held:
+        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        raise UsageError(f"{option} {output} already holds files ({shown}): expected a new or empty directory; "
+                         "remove it, or write somewhere else")  # fmt: skip
+
+
 def finished_run(results_path: Path, max_steps: int) -> bool:
     """Whether `results_path` (the summary a finished `realm-hf train`/`pretrain` run writes) reports `max_steps`
     steps or more. Resuming a Trainer from a checkpoint already at `max_steps` would run one more step (transformers

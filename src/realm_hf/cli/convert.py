@@ -2,8 +2,9 @@
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from .arguments import refuse_to_overwrite
 
 HELP = """\
 Reads TensorFlow checkpoints (tensor bundles: PREFIX.index + PREFIX.data-*) and TFRecord files directly: TensorFlow
@@ -37,18 +38,17 @@ def _load_config(path: str):
 
 
 def cmd_tf(args) -> int:
+    from realm_hf.errors import FileFormatError, UsageError
+
+    # Errors reach `realm-hf`'s one handler: one `realm-hf convert tf: error: ...` line, exit 2 for usage, else 1.
     if not (args.checkpoint or args.block_emb or args.blocks):
-        print("realm-hf convert tf: give at least one of --checkpoint, --block-emb, --blocks", file=sys.stderr)
-        return 2
+        raise UsageError("give at least one of --checkpoint, --block-emb, --blocks")
     if args.titles and not (args.blocks and args.block_emb):
-        print("realm-hf convert tf: --titles needs --blocks and --block-emb (titles live in the document store)",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        raise UsageError("--titles needs --blocks and --block-emb (titles live in the document store)")
     try:
         return _convert_tf(args)
-    except (FileNotFoundError, KeyError, ValueError) as error:  # damaged or unexpected input: the message says what
-        print(f"realm-hf convert tf: {error}", file=sys.stderr)
-        return 1
+    except KeyError as error:  # a variable the mapping expects is not in the checkpoint: the message says which
+        raise FileFormatError(str(error).strip("'\"")) from error
 
 
 def _convert_tf(args) -> int:
@@ -63,6 +63,7 @@ def _convert_tf(args) -> int:
     from realm_hf.retrieval.index_builder import DOCUMENTS_DIR
 
     output = Path(args.output)
+    refuse_to_overwrite(output)
     output.mkdir(parents=True, exist_ok=True)
     verify = not args.no_verify
     progress = not args.quiet

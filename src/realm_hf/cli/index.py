@@ -7,7 +7,7 @@ from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import add_device_argument, non_negative_int, positive_int, resolve_device
+from .arguments import add_device_argument, non_negative_int, positive_int, refuse_to_overwrite, resolve_device
 
 # The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
 # torch, and parsers must not).
@@ -207,8 +207,9 @@ def cmd_offload(args) -> int:
     from realm_hf.retrieval.document_store import DocumentStore
     from realm_hf.retrieval.index_builder import offload_block_embeddings
 
-    model = RealmForOpenQA.from_pretrained(args.model)
     output = Path(args.output)
+    refuse_to_overwrite(output)
+    model = RealmForOpenQA.from_pretrained(args.model)
     offload_block_embeddings(model, output)
     try:
         records = RealmRetriever.from_pretrained(args.model).block_records
@@ -224,8 +225,15 @@ def cmd_offload(args) -> int:
 
 
 def cmd_compress(args) -> int:
-    from realm_hf.retrieval.serving import DEFAULT_SERVING_RERANK_FACTOR, compress_open_qa
+    from realm_hf.retrieval.serving import DEFAULT_SERVING_RERANK_FACTOR, INDEX_DIR, SERVING_FILE, compress_open_qa
 
+    output = Path(args.output)
+    # An unfinished compress has written only index/; a finished one says which model it compressed.
+    earlier = output.is_dir() and (
+        {path.name for path in output.iterdir()} <= {INDEX_DIR}
+        or _compressed_from(output / SERVING_FILE) == str(args.model)
+    )  # fmt: skip
+    refuse_to_overwrite(output, resumable=earlier)
     summary = compress_open_qa(
         args.model, args.output, factory=args.factory, nprobe=args.nprobe, rerank=not args.no_rerank,
         rerank_factor=args.rerank_factor or DEFAULT_SERVING_RERANK_FACTOR, dtype=args.dtype,
@@ -239,6 +247,13 @@ def cmd_compress(args) -> int:
                    if summary["rerank"] else ", no re-rank"))  # fmt: skip
     print(f'ask it: realm-hf ask --model {args.output} "QUESTION"')
     return 0
+
+
+def _compressed_from(summary: Path) -> str | None:
+    try:
+        return json.loads(summary.read_text(encoding="utf-8")).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def cmd_eval(args) -> int:
