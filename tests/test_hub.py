@@ -344,3 +344,32 @@ def test_a_model_name_the_hub_cannot_have_is_refused_at_once_saying_why(tmp_path
                          timeout=120)  # fmt: skip
     assert "the Hub could not be reached" in json.loads(run.stdout.splitlines()[-1])["user/model"], run.stderr[-2000:]
     assert "Retrying" not in run.stderr  # huggingface_hub's own retries take 23 s per file
+
+
+def test_push_leaves_out_what_training_left_beside_the_model(tmp_path):
+    from realm_hf.hub import _visible_files
+
+    for name in ["config.json", "model.safetensors", "train_results.json", "checkpoint-5/model.safetensors",
+                 "checkpoint-5/optimizer.pt", "optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin",
+                 ".hidden", "index/documents/checkpoint-1"]:  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    found = [path.relative_to(tmp_path).as_posix() for path in _visible_files(tmp_path)]
+    # the Trainer's checkpoints and state (pickled, gigabytes) stay home; a file of that name deeper down is not theirs
+    assert found == ["config.json", "model.safetensors", "train_results.json", "index/documents/checkpoint-1"]
+
+
+def test_cli_push_without_a_network_says_so(checkpoint_dir, monkeypatch, capsys):
+    import realm_hf.hub
+
+    # huggingface_hub's transport error, whichever HTTP library it uses (httpx2 today)
+    connect_error = type("ConnectError", (Exception,), {"__module__": "httpx2"})
+
+    def unreachable(*args, **kwargs):
+        raise connect_error("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(realm_hf.hub.HfApi, "create_repo", unreachable)
+    assert main(["push", str(checkpoint_dir), "user/x"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("realm-hf push: error: could not reach the Hub to push") and "ConnectError" in last
+    assert "report it" not in last

@@ -46,12 +46,26 @@ _INDEX_BUILD_STATE = "build.json"
 _GENERIC_CARD_MARK = "This is the model card of a 🤗 transformers model that has been pushed on the Hub."
 
 
+# What a training run leaves beside the model (`realm-hf train --output-dir`): its resumable checkpoints and the
+# Trainer's state, pickled. None of it is the model, and a fine-tune's checkpoints weigh gigabytes.
+_TRAINING_LEFTOVERS = re.compile(
+    r"checkpoint-\d+|optimizer\.pt|scheduler\.pt|rng_state(_\d+)?\.pth|training_args\.bin"
+)
+
+
 def _visible_files(directory: Path) -> list[Path]:
-    """Files under `directory`, sorted, skipping hidden files and folders (`.git`, `.cache`, temporary files)."""
-    found = []
+    """Files under `directory`, sorted, skipping hidden files and folders (`.git`, `.cache`, temporary files) and a
+    training run's checkpoints and Trainer state (logged)."""
+    found, left_out = [], []
     for root, folders, files in os.walk(directory):
-        folders[:] = sorted(folder for folder in folders if not folder.startswith(".") and folder != "__pycache__")
-        found.extend(Path(root) / name for name in sorted(files) if not name.startswith("."))
+        top = Path(root) == directory
+        left_out += [name for name in folders + files if top and _TRAINING_LEFTOVERS.fullmatch(name)]
+        folders[:] = sorted(folder for folder in folders if not folder.startswith(".") and folder != "__pycache__"
+                            and not (top and _TRAINING_LEFTOVERS.fullmatch(folder)))  # fmt: skip
+        found.extend(Path(root) / name for name in sorted(files)
+                     if not name.startswith(".") and not (top and _TRAINING_LEFTOVERS.fullmatch(name)))  # fmt: skip
+    if left_out:
+        logger.info(f"Not uploading what training left in {directory}: {', '.join(sorted(left_out))}")
     return found
 
 

@@ -1,7 +1,6 @@
 """`realm-hf push DIR REPO_ID`: upload a saved REALM checkpoint (and an index) to the Hub in one commit."""
 
 import argparse
-import sys
 
 HELP = """\
 Uploads DIR, as written by save_pretrained (model, tokenizer, block records of the retriever), to the Hub repo REPO_ID
@@ -13,6 +12,10 @@ is DIR's own when it has one; otherwise a model card is generated (library_name 
 
 Authentication: `hf auth login` or HF_TOKEN, or --token. HF_ENDPOINT selects another Hub.
 """
+
+
+# Where huggingface_hub's transport errors come from (it has used requests, httpx and a vendored httpx2).
+NETWORK_LIBRARIES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3"})
 
 
 def cmd_push(args) -> int:
@@ -30,9 +33,12 @@ def cmd_push(args) -> int:
             base_model=args.base_model,
             license=args.license,
         )
-    except (FileNotFoundError, ValueError) as error:
-        print(f"realm-hf push: {error}", file=sys.stderr)
-        return 1
+    except Exception as error:
+        if any(kind.__module__.split(".")[0] in NETWORK_LIBRARIES for kind in type(error).__mro__):
+            # realm-hf's one handler prints it as `realm-hf push: error: ...` (exit 1), not as a bug to report
+            raise ConnectionError(f"could not reach the Hub to push {args.directory} ({type(error).__name__}: "
+                                  f"{error}); check the network and your token (HF_TOKEN or `hf auth login`)") from error  # fmt: skip
+        raise
     print(f"pushed {args.directory} to {args.repo_id} in one commit: {commit.commit_url}")
     return 0
 
