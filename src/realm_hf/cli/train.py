@@ -48,6 +48,9 @@ def _load_rows(path: str | None, dataset: str | None, split: str):
     if dataset is not None:
         return datasets.load_dataset(dataset, split=split)
     location = Path(path)
+    if location.is_dir():
+        raise ValueError(f"question file {path!r} is a directory; expected a .jsonl, .json, .csv or .parquet file of "
+                         "questions")  # fmt: skip
     if not location.is_file():
         raise FileNotFoundError(f"question file {path!r} does not exist.")
     kind = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(location.suffix)
@@ -166,6 +169,10 @@ def cmd_train(args) -> int:
 
     _check_length(args)
     args.model = model_location(args.model)  # a mistyped --model is named at once, not after minutes of Hub retries
+    if args.index is not None:
+        from realm_hf.loading import index_directory
+
+        args.index = str(index_directory(args.index, "--index"))  # a missing or unfinished index, named at once
     output = Path(args.output_dir)
     if Path(args.model).is_dir() and output.resolve() == Path(args.model).resolve():
         from realm_hf.errors import UsageError
