@@ -68,3 +68,17 @@ def test_evaluate_reports_bad_data(demo_dir, tmp_path, capsys):
     bad.write_text('{"q": "no question key"}\n', encoding="utf-8")
     assert main(["evaluate", "--model", str(demo_dir), "--data", str(bad)]) == 1
     assert "expected a 'question'" in capsys.readouterr().err
+
+
+def test_evaluate_leaves_out_unanswerable_questions_and_checks_regex_answers(demo_dir, tmp_path, capsys):
+    data = tmp_path / "mixed.jsonl"
+    data.write_text(json.dumps({"question": "What is the capital of France?", "answers": ["Paris"]}) + "\n"
+                    + json.dumps({"question": "Who is my neighbour?", "answers": []}) + "\n")  # fmt: skip
+    assert main(["evaluate", "--model", str(demo_dir), "--data", str(data), "--k", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert f"note: 1 question(s) of {data} without answers left out" in captured.err
+    assert json.loads(captured.out)["num_questions"] == 1
+    regex = tmp_path / "regex.jsonl"
+    regex.write_text(json.dumps({"question": "What is the capital of France?", "answers": ["Par(is"]}) + "\n")
+    assert main(["evaluate", "--model", str(demo_dir), "--data", str(regex), "--regex"]) == 2
+    assert "--regex: answer 'Par(is' of" in capsys.readouterr().err

@@ -58,7 +58,7 @@ def cmd_calibrate(args) -> int:
                          f"without --model reads: copy it first (cp -r {args.model} my-model) and calibrate the "
                          "copy (--model my-model)")  # fmt: skip
     try:
-        questions, answers, _ = read_questions(args.data)
+        questions, answers, _ = read_questions(args.data, unanswerable=True)
     except (OSError, ValueError) as error:
         raise InputError(f"could not read {args.data!r}: {error}") from None
     with without_weight_loading_bar():

@@ -16,12 +16,16 @@ Data: JSON lines, one question each: {"question": str, "answers": [str, ...]} (N
 """
 
 
-def read_questions(path: str | Path, limit: int | None = None) -> tuple[list[str], list[list[str]], list | None]:
-    """Reads `(questions, answers, relations)` from a JSONL file; `relations` is `None` when no row has one."""
+def read_questions(
+    path: str | Path, limit: int | None = None, unanswerable: bool = False
+) -> tuple[list[str], list[list[str]], list | None]:
+    """Reads `(questions, answers, relations)` from a JSONL file; `relations` is `None` when no row has one. Questions
+    with `"answers": []` are kept with `unanswerable`, else left out with a note."""
     if Path(path).suffix.lower() in (".csv", ".tsv", ".parquet", ".txt"):
         raise ValueError(f"expected a JSON Lines file of {{\"question\": ..., \"answers\": [...]}} rows, one per line; "
                          f"got a {Path(path).suffix} file")  # fmt: skip
     questions, answers, relations = [], [], []
+    left_out = 0
     with open(path, encoding="utf-8") as file:
         for line_number, line in enumerate(file, start=1):
             if not line.strip():
@@ -39,11 +43,17 @@ def read_questions(path: str | Path, limit: int | None = None) -> tuple[list[str
                 found = f"keys {sorted(row)}" if isinstance(row, dict) else type(row).__name__
                 raise ValueError(f"line {line_number}: expected a 'question' string and 'answers' (or 'answer'), got "
                                  f"{found}.")  # fmt: skip
+            if not references and not unanswerable:  # "answers": [], an unanswerable question: no answer to match
+                left_out += 1
+                continue
             questions.append(row["question"])
             answers.append([references] if isinstance(references, str) else [str(answer) for answer in references])
             relations.append(row.get("relation"))
+    if left_out:
+        print(f"note: {left_out} question(s) of {path} without answers left out: exact match needs an answer "
+              "(`realm-hf calibrate --data` counts them)", file=sys.stderr)  # fmt: skip
     if not questions:
-        raise ValueError(f"{path} holds no questions.")
+        raise ValueError(f"{path} holds no questions with answers.")
     return questions, answers, relations if any(relation is not None for relation in relations) else None
 
 
@@ -70,6 +80,7 @@ def format_table(metrics: dict) -> str:
 
 
 def cmd_evaluate(args) -> int:
+    from realm_hf.errors import UsageError
     from realm_hf.evaluation import OpenQAEvaluator
     from realm_hf.evaluation.realm import RealmOpenQASystem
 
@@ -88,6 +99,15 @@ def cmd_evaluate(args) -> int:
         print(f"realm-hf evaluate: error: could not load a REALM open-QA model from {source!r}: {error}",
               file=sys.stderr)  # fmt: skip
         return 1
+    if args.regex:
+        import re
+
+        for reference in {answer for references in answers for answer in references}:
+            try:
+                re.compile(reference)
+            except re.error as error:
+                raise UsageError(f"--regex: answer {reference!r} of {args.data} is not a regular expression ({error}); "
+                                 "expected patterns (CuratedTrec), or drop --regex for exact match") from None  # fmt: skip
     evaluator = OpenQAEvaluator(questions, answers, relations=relations, ks=args.k, is_regex=args.regex,
                                 batch_size=args.batch_size)  # fmt: skip
     metrics = evaluator(system)
