@@ -157,6 +157,18 @@ def test_an_unknown_flag_is_a_one_line_usage_error(tmp_path, capsys):
     assert line.startswith("realm-hf train: error: argument --learning_rate/--learning-rate: invalid float value")
     line = _one_line_usage_error(["train", *base, "--max-steps", "0"], capsys)
     assert line.startswith("realm-hf train: error: argument --max-steps: expected a number > 0, got 0")
+    for flag, value, bound in [("--learning-rate", "-1", "> 0"), ("--gradient_accumulation_steps", "0", "> 0"),
+                               ("--weight-decay", "-3", ">= 0"), ("--warmup-steps", "-1", ">= 0")]:  # fmt: skip
+        line = _one_line_usage_error(["train", *base, flag, value], capsys)
+        assert (
+            f"expected a number {bound}, got {float(value) if '.' in value or 'rate' in flag or 'decay' in flag else int(value)}"
+            in line
+        ), line
+    with pytest.raises(SystemExit) as exit_info:  # the command's own flag: argparse answers before anything loads
+        main(["train", *base, "--num-epochs", "0"])
+    assert exit_info.value.code == 2 and "--num-epochs" in capsys.readouterr().err
+    line = _one_line_usage_error(["train", *base, "--report_to", "surely_not_installed_tracker"], capsys)
+    assert "surely_not_installed_tracker is not installed" in line and "--report-to none" in line
     line = _one_line_usage_error(["train", *base, "--max-steps", "5", "--num-epochs", "2"], capsys)
     assert line.startswith("realm-hf train: error: argument --num-epochs: not allowed with argument --max-steps")
     pretrain_base = ["--embedder", "e", "--documents", "d", "--output-dir", str(tmp_path / "o")]

@@ -148,6 +148,14 @@ def non_negative_int(value: str) -> int:
     return _number_at_least(value, int, 0, "an integer >= 0")
 
 
+def positive_float(value: str) -> float:
+    """A finite number > 0, or an argparse error that names what was received."""
+    number = _number_at_least(value, float, 0, "a number > 0")
+    if number == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
+    return number
+
+
 def non_negative_float(value: str) -> float:
     """A finite number >= 0, or an argparse error that names what was received."""
     return _number_at_least(value, float, 0, "a number >= 0")
@@ -218,11 +226,39 @@ def parse_trainer_flags(words: list[str], prog: str, required: tuple[str, ...] =
     missing = [f"--{name.replace('_', '-')}" for name in required if name not in flags]
     if missing:
         raise UsageError(f"the following arguments are required: {', '.join(missing)} (see `{prog} --help`)")
-    for name in ("max_steps", "eval_steps", "save_steps", "logging_steps"):
-        if name in flags and not flags[name] > 0:
-            raise UsageError(f"argument --{name.replace('_', '-')}: expected a number > 0, got {flags[name]} (see "
+    for name, bound, allowed in _TRAINER_FLAG_RANGES:
+        if name in flags and not allowed(flags[name]):
+            raise UsageError(f"argument --{name.replace('_', '-')}: expected a number {bound}, got {flags[name]} (see "
                              f"`{prog} --help`)")  # fmt: skip
+    for name in ("report_to",):
+        for integration in [flags[name]] if isinstance(flags.get(name), str) else flags.get(name) or []:
+            if integration not in ("none", "all") and not _integration_installed(integration):
+                raise UsageError(f"argument --report-to: {integration} is not installed (pip install {integration}), "
+                                 "or pass --report-to none")  # fmt: skip
     return flags
+
+
+# Trainer flags whose values the Trainer accepts and then fails on (ZeroDivisionError), or silently misuses.
+_TRAINER_FLAG_RANGES = (
+    *((name, "> 0", lambda value: value > 0) for name in ("max_steps", "eval_steps", "save_steps", "logging_steps",
+                                                          "learning_rate", "gradient_accumulation_steps",
+                                                          "num_train_epochs", "per_device_train_batch_size",
+                                                          "per_device_eval_batch_size")),
+    *((name, ">= 0", lambda value: value >= 0) for name in ("weight_decay", "warmup_steps", "max_grad_norm")),
+)  # fmt: skip
+
+
+def _integration_installed(name: str) -> bool:
+    import importlib.util
+
+    module = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet_ml",
+              "clearml": "clearml", "trackio": "trackio"}.get(name, name.replace("-", "_"))  # fmt: skip
+    if name == "tensorboard":
+        return any(importlib.util.find_spec(candidate) for candidate in ("tensorboard", "tensorboardX"))
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def refuse_to_overwrite(output: Path, option: str = "--output", resumable: bool = False) -> None:

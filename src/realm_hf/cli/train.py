@@ -9,7 +9,14 @@ from pathlib import Path
 from realm_hf.atomic import atomic_write_bytes
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import TRAINER_FLAGS_HELP, add_trainer_flags, finished_run, model_location, positive_int
+from .arguments import (
+    TRAINER_FLAGS_HELP,
+    add_trainer_flags,
+    finished_run,
+    model_location,
+    positive_float,
+    positive_int,
+)
 
 HELP = """\
 Data: JSON lines (or .json / .csv / .parquet), one question each: {"question": str, "answers": [str, ...]} (NQ-open)
@@ -310,7 +317,7 @@ def add_parser(subparsers) -> None:
     train.add_argument("--index", help="an index directory to search instead of the model's block_emb")
     train.add_argument("--documents", help="the corpus the block ids point into (default: the index's documents/ "
                                            "or the model's block records)")  # fmt: skip
-    train.add_argument("--num-epochs", "--num_train_epochs", "--num-train-epochs", type=float, metavar="N",
+    train.add_argument("--num-epochs", "--num_train_epochs", "--num-train-epochs", type=positive_float, metavar="N",
                        help="epochs over the training set, when no --max-steps (default: 1)")  # fmt: skip
     train.add_argument("--batch-size", "--per_device_train_batch_size", "--per-device-train-batch-size",
                        type=positive_int, default=8, metavar="N",
