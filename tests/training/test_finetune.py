@@ -249,6 +249,8 @@ def test_cli_train_names_the_missing_documents(demo_dir, tmp_path, capsys):
 def test_cli_train_handles_what_users_hand_it(demo_dir, tmp_path, capsys):
     """Unanswerable rows left out with a note, unreadable files named, a checkpoint cut short by an interrupt skipped, a
     changed corpus tokenized again, a borrowed calibration set aside, the starting model never overwritten."""
+    import shutil
+
     from realm_hf.cli.main import main
 
     def build_index(name, city):
@@ -265,12 +267,18 @@ def test_cli_train_handles_what_users_hand_it(demo_dir, tmp_path, capsys):
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "out"
-    common = ["--model", str(demo_dir), "--index", index, "--train-file", str(data), "--output-dir", str(out),
+    model = tmp_path / "model"  # the demo model, reading hybrid candidates
+    shutil.copytree(demo_dir, model)
+    settings = '{"searcher": "hybrid", "bm25_fraction": 0.4, "bm25_weight": 0.0}\n'
+    (model / "searcher.json").write_text(settings)
+    common = ["--model", str(model), "--index", index, "--train-file", str(data), "--output-dir", str(out),
               "--batch-size", "1", "--save-steps", "1"]  # fmt: skip
     capsys.readouterr()
     assert main(["train", *common, "--dev-file", str(data), "--max-steps", "2", "--eval-steps", "1"]) == 0
     error = capsys.readouterr().err
     assert f"1 question(s) of {data} without answers left out" in error  # train and dev file alike
+    assert "dev exact match never rose above its first evaluation" in error  # 2 steps of a tiny model: it did not
+    assert (out / "searcher.json").read_text() == settings  # the fine-tuned model reads what its parent read
     assert json.loads((out / "train_results.json").read_text())["global_step"] == 2
 
     # A longer run resumes from checkpoint-2; a checkpoint the interrupt cut short (no trainer_state.json) is removed

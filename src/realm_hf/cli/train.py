@@ -235,6 +235,8 @@ def cmd_train(args) -> int:
     trainer.save_model(str(output))
     if trainer.is_world_process_zero():
         _set_aside_calibration(output)
+        _carry_searcher_settings(args.model, output)
+        _note_if_dev_never_improved(trainer.state, output)
     metrics = trainer.evaluate() if dev_rows is not None else {}
     if trainer.is_world_process_zero():
         if args.index is None and args.documents is None:
@@ -297,6 +299,29 @@ def _set_aside_calibration(output: Path) -> None:
         stale.replace(output / "calibration.previous.json")
         print(f"note: {stale} was fitted to the model trained there before: kept as calibration.previous.json; fit "
               "one for this model with realm-hf calibrate", file=sys.stderr)  # fmt: skip
+
+
+def _carry_searcher_settings(model: str, output: Path) -> None:
+    """The starting model's `searcher.json` (which candidates it reads: dense, or hybrid with BM25) goes with the
+    fine-tuned model, which reads the same kind of questions."""
+    import shutil
+
+    from realm_hf.retrieval.hybrid import SEARCHER_FILE
+
+    source = Path(model) / SEARCHER_FILE
+    if source.is_file() and source.resolve() != (output / SEARCHER_FILE).resolve():
+        shutil.copyfile(source, output / SEARCHER_FILE)
+
+
+def _note_if_dev_never_improved(state, output: Path) -> None:
+    """Dev exact match that never rose above its first evaluation makes the first checkpoint "the best" (the earliest
+    of equals), which may have trained little or nothing: said, with what to try."""
+    scores = [(entry["step"], entry["eval_exact_match"]) for entry in state.log_history if "eval_exact_match" in entry]
+    if len(scores) >= 2 and max(score for _, score in scores) <= scores[0][1]:
+        step, score = scores[0]
+        print(f"note: dev exact match never rose above its first evaluation ({score:.3f} at step {step}), so {output} "
+              "holds that early checkpoint; try more or other training questions, a higher --learning-rate, or no "
+              "--dev-file to keep the last step", file=sys.stderr)  # fmt: skip
 
 
 def add_parser(subparsers) -> None:
