@@ -125,6 +125,8 @@ def test_top_k_defaults_to_one_and_questions_are_stripped(client, tiny_open_qa):
         ({"questions": ["ok?"], "top_k": "3"}, 400, "from 1 to 5, got '3'"),
         ({"questions": ["ok?"], "top_k": True}, 400, "from 1 to 5, got True"),
         (["ok?"], 400, r'a JSON object \{"questions": \[...\], "top_k": n\}, got array \["ok\?"\]'),
+        ({"questions": ["caf\udce9?"]}, 400, r"^the question: expected Unicode text, received a lone surrogate"),
+        ({"questions": ["ok?", "?!"]}, 400, r"questions\[1\]: expected a question in words"),
     ],
 )
 def test_bad_requests_get_a_json_error_naming_what_was_expected(client, payload, status, message):
@@ -144,7 +146,11 @@ def test_bodies_that_are_not_json_are_refused(client):
     )
     response = client.post("/api/ask", content=b" " * ((1 << 20) + 1), headers={"Content-Type": "application/json"})
     assert response.status_code == 413
-    assert client.get("/api/ask").status_code == 405
+    wrong_method = client.get("/api/ask")
+    assert wrong_method.status_code == 405 and wrong_method.json() == {
+        "error": "GET /api/ask: Method Not Allowed; expected GET /api/info, POST /api/ask"
+    }
+    assert client.get("/api/nothing").json()["error"].startswith("GET /api/nothing: Not Found; expected GET /")
 
 
 def test_only_loopback_host_names_are_accepted_by_default(client, tiny_open_qa):

@@ -82,6 +82,11 @@ def cmd_serve(args) -> int:
             return 1
         model_path, model_name, examples = str(default), f"{DEFAULT_MODEL_NAME} (the default model)", DEFAULT_QUESTIONS
     model_path = model_location(model_path)
+    if args.index is not None:
+        from realm_hf.loading import index_directory
+
+        args.index = str(index_directory(args.index, "--index"))  # named before the model loads, not after
+        examples = []  # the default model's sample questions are about its own corpus, not yours
     print(f"loading {model_path}{f' with the index {args.index}' if args.index else ''} ...", file=sys.stderr)
     try:
         model, retriever = load_open_qa_model(model_path, args.index)

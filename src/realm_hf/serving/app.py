@@ -28,6 +28,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from transformers.utils import logging
 
+from ..pipelines.questions import question_problem
+
 logger = logging.get_logger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -126,7 +128,14 @@ def create_app(
     middleware = (
         [] if allowed_hosts is None else [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
     )
-    return Starlette(routes=routes, middleware=middleware)
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={404: _json_error, 405: _json_error})
+
+
+async def _json_error(request: Request, error) -> JSONResponse:
+    """404 and 405 as JSON, like every other answer of the API: `{"error": ...}`."""
+    allowed = {404: "GET /, GET /api/info, POST /api/ask", 405: "GET /api/info, POST /api/ask"}[error.status_code]
+    message = f"{request.method} {request.url.path}: {error.detail}; expected {allowed}"
+    return JSONResponse({"error": message}, status_code=error.status_code, headers=getattr(error, "headers", None))
 
 
 MAX_BODY_BYTES = 1 << 20
@@ -166,9 +175,12 @@ def parse_ask_request(payload, max_questions: int, max_top_k: int, max_question_
     for index, question in enumerate(questions):
         if not isinstance(question, str):
             raise RequestError(400, f"expected questions[{index}] to be a string, got {_kind(question)}.")
+        which = "the question" if len(questions) == 1 else f"questions[{index}]"
         if not question.strip():
-            which = "the question" if len(questions) == 1 else f"questions[{index}]"
             raise RequestError(400, f"{which} is empty: type a question.")
+        problem = question_problem(question)  # the pipeline's own check: lone surrogates, punctuation only
+        if problem is not None:
+            raise RequestError(400, f"{which}: {problem}")
         if len(question) > max_question_chars:
             raise RequestError(
                 400,
