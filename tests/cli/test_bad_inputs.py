@@ -136,6 +136,8 @@ CLI_CASES = [
      "no-index': no such directory (expected an index directory"),
     ("train-file-is-a-directory", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file", "{in}",
                                    "--output-dir", "{out}"], None, 1, "is a directory; expected a .jsonl, .json"),
+    ("compress-bad-factory", ["index", "compress", "--model", "{demo}", "--output", "{out}", "--factory", "BOGUS"],
+     None, 1, "factory 'BOGUS': faiss cannot make an index of it for 32-d vectors (could not parse index string"),
     ("offload-over-an-index", ["index", "offload", "--model", "{demo}", "--output", "{in}/finished"], None, 2,
      "finished already holds files (documents, embeddings-00000.safetensors, index.json): expected a new or empty"),
     ("compress-over-an-index", ["index", "compress", "--model", "{demo}", "--output", "{in}/finished"], None, 2,

@@ -59,6 +59,22 @@ def _faiss_metric(faiss, metric: str) -> int:
     raise ValueError(f"metric must be 'ip' or 'l2', got {metric!r}.")
 
 
+def make_faiss_index(dim: int, factory: str, metric: str = "ip"):
+    """`faiss.index_factory(dim, factory, metric)`, with a `ValueError` naming the factory string where faiss cannot
+    make it (faiss's own error is a C++ message with its source file and line)."""
+    faiss = import_faiss()
+    try:
+        return faiss.index_factory(dim, factory, _faiss_metric(faiss, metric))
+    except RuntimeError as error:
+        # faiss says "Error in <C++ signature> at <file>:<line>: <reason>": the reason alone
+        reason = (
+            str(error).strip().splitlines()[-1].rsplit(": ", 1)[-1] if str(error).strip() else type(error).__name__
+        )
+        raise ValueError(f"factory {factory!r}: faiss cannot make an index of it for {dim}-d vectors ({reason}); "
+                         "expected a faiss index_factory string such as 'Flat', 'HNSW32,Flat' or "
+                         "'IVF4096,PQ64x8'") from None  # fmt: skip
+
+
 def _as_exact_searcher(embeddings, metric: str, dim: int | None = None) -> ExactSearcher:
     """Wraps arrays, tensors, a list of chunks or an index directory as an `ExactSearcher` (no copy)."""
     if isinstance(embeddings, ExactSearcher):
@@ -165,7 +181,7 @@ class FaissSearcher:
         faiss = import_faiss()
         source = _as_exact_searcher(embeddings, metric)
         num_blocks, dim = source.num_blocks, source.dim
-        index = faiss.index_factory(dim, factory, _faiss_metric(faiss, metric))
+        index = make_faiss_index(dim, factory, metric)
         started = time.perf_counter()
         if not index.is_trained:
             if train_size is None:

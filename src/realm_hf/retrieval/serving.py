@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from .faiss_search import INDEX_FILE_NAME, SIDECAR_NAME, FaissSearcher, import_faiss
+from .faiss_search import INDEX_FILE_NAME, SIDECAR_NAME, FaissSearcher, import_faiss, make_faiss_index
 from .index_files import MANIFEST_NAME
 from .torch_search import ExactSearcher
 
@@ -154,7 +154,6 @@ def compress_open_qa(
     weights_dtype = _resolve_dtype(dtype)
     output = Path(output_dir)
     index_dir = output / INDEX_DIR
-    index_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     model = RealmForOpenQA.from_pretrained(model_name_or_path, dtype=torch.float32)
     block_emb = model.block_emb
@@ -175,9 +174,11 @@ def compress_open_qa(
             f"{len(retriever.block_records)}: block ids would point at the wrong text."
         )
     factory = factory or default_factory(num_blocks, dim)
+    make_faiss_index(dim, factory)  # a factory faiss cannot make is named now, not after the shards are written
     summary = {"output": str(output), "source": str(model_name_or_path), "num_blocks": num_blocks, "dim": dim,
                "factory": factory, "rerank": rerank, "dtype": str(weights_dtype).replace("torch.", "")}  # fmt: skip
 
+    index_dir.mkdir(parents=True, exist_ok=True)
     # 1. The fp32 shards (the exact re-rank source): streamed from the memory-mapped checkpoint, one shard at a time.
     provenance = {"source": "block_emb", "model": str(model_name_or_path)}
     if rerank:
