@@ -995,6 +995,9 @@ class RealmForOpenQA(RealmPreTrainedModel):
     # Heads kept for 4.x key compatibility that no forward pass uses (see `unused_head_keys`): a checkpoint may leave
     # them out, e.g. to ship the model smaller.
     _keys_to_ignore_on_load_missing = [r"^embedder\.cls\.predictions\.", r"^reader\.cls\."]
+    # Tied to `cls.predictions.bias`, so a save leaves them out already; naming them lets the Trainer re-tie them when
+    # it loads the best checkpoint instead of warning "There were missing keys in the checkpoint model loaded".
+    _keys_to_ignore_on_save = ["embedder.cls.predictions.decoder.bias", "reader.cls.predictions.decoder.bias"]
 
     def __init__(self, config: RealmConfig, retriever=None, searcher=None):
         super().__init__(config)
