@@ -207,7 +207,9 @@ def cmd_train(args) -> int:
     blocks_path = output / "blocks.safetensors"
     corpus_key = _corpus_key(documents, args)
     with training_args.main_process_first(desc="tokenizing the corpus"):
-        if not blocks_path.is_file() or args.no_resume or _stored_corpus_key(output) != corpus_key:
+        stale = not blocks_path.is_file() or _stored_corpus_key(output) != corpus_key
+        # --no-resume: tokenized afresh once, by the first process; the others then find it current
+        if stale or (args.no_resume and training_args.process_index == 0):
             output.mkdir(parents=True, exist_ok=True)
             tokenize_corpus(tokenizer, documents, blocks_path, max_block_length=args.max_block_length)
             atomic_write_bytes(output / BLOCKS_KEY_FILE, json.dumps(corpus_key).encode("utf-8"))
