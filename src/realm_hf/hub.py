@@ -84,6 +84,9 @@ def check_checkpoint_dir(directory: str | os.PathLike) -> dict:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a directory: give the folder a model was saved to.")
+    if (directory / MANIFEST_NAME).is_file() and not (directory / CONFIG_NAME).is_file():
+        raise ValueError(f"{directory} is an index, not a model: push the model directory and add the index with "
+                         f"--index {directory} (Python: index_dir=)")  # fmt: skip
     missing = []
     config = None
     if not (directory / CONFIG_NAME).is_file():
@@ -120,6 +123,9 @@ def check_checkpoint_dir(directory: str | os.PathLike) -> dict:
 
 def _index_files(index_dir: Path) -> list[Path]:
     """The files of a complete index directory: manifest, shards and documents/ (if any), checked to exist."""
+    if not index_dir.is_dir():
+        raise FileNotFoundError(f"--index {index_dir}: no such directory (expected an index directory written by "
+                                "`realm-hf index build`)")  # fmt: skip
     manifest = read_manifest(index_dir)
     if (index_dir / _INDEX_BUILD_STATE).is_file():
         raise ValueError(

@@ -34,7 +34,11 @@ def _load_config(path: str):
     location = Path(path)
     if location.is_dir():
         return RealmConfig.from_pretrained(location)
-    return RealmConfig(**json.loads(location.read_text(encoding="utf-8")))
+    try:
+        return RealmConfig(**json.loads(location.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--config {path}: expected a REALM config.json (one JSON object), got invalid JSON: "
+                         f"{error}") from None  # fmt: skip
 
 
 def cmd_tf(args) -> int:

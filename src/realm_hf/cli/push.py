@@ -19,7 +19,15 @@ NETWORK_LIBRARIES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urlli
 
 
 def cmd_push(args) -> int:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from realm_hf.errors import UsageError
     from realm_hf.hub import DEFAULT_COMMIT_MESSAGE, push_to_hub
+
+    try:
+        validate_repo_id(args.repo_id)
+    except HFValidationError as error:
+        raise UsageError(f"REPO_ID {args.repo_id!r}: expected 'name' or 'namespace/name' ({error})") from None
 
     try:
         commit = push_to_hub(
