@@ -298,6 +298,17 @@ def test_cli_train_handles_what_users_hand_it(demo_dir, tmp_path, capsys):
     after = ((out / "blocks.json").read_text(), (out / "blocks.safetensors").read_bytes())
     assert after[0] != before[0] and after[1] != before[1]
 
+    # Other training questions into the same output: not resumed as if they were the old ones
+    other_data = tmp_path / "other.jsonl"
+    other_data.write_text(
+        json.dumps({"question": "Which city is the capital of France?", "answers": ["Paris"]}) + "\n"
+    )
+    assert main(["train", *common[:4], "--train-file", str(other_data), *common[6:], "--max-steps", "5"]) == 2
+    assert "holds checkpoints of a run on other questions (train_file changed)" in capsys.readouterr().err
+    assert main(["train", *common[:4], "--train-file", str(other_data), *common[6:], "--max-steps", "1",
+                 "--no-resume"]) == 0  # fmt: skip
+    assert json.loads((out / "train_results.json").read_text())["global_step"] == 1
+
     # Mistakes: the starting model as output, an empty file, a CSV named .jsonl
     assert main(["train", "--model", str(demo_dir), "--index", index, "--train-file", str(data), "--output-dir",
                  str(demo_dir), "--max-steps", "1"]) == 2  # fmt: skip

@@ -195,6 +195,9 @@ def cmd_train(args) -> int:
         print(f"realm-hf train: error: could not read the questions: {error}", file=sys.stderr)
         return 1
 
+    run_key = _run_key(args)
+    if not args.no_resume and any(output.glob("checkpoint-*")):
+        _check_same_run(output, run_key)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     training_args = training_arguments(args, len(train_rows), evaluate=dev_rows is not None,
                                        world_size=world_size)  # fmt: skip
@@ -233,6 +236,9 @@ def cmd_train(args) -> int:
         data_collator=OpenQACollator(tokenizer, max_question_length=args.max_question_length),
     )  # fmt: skip
     checkpoint = None if args.no_resume else _last_whole_checkpoint(output)
+    if checkpoint is None and training_args.process_index == 0:
+        output.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(output / RUN_KEY_FILE, json.dumps(run_key, indent=2).encode("utf-8"))
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
     trainer.save_model(str(output))
     if trainer.is_world_process_zero():
@@ -258,6 +264,38 @@ def cmd_train(args) -> int:
 
 
 BLOCKS_KEY_FILE = "blocks.json"
+RUN_KEY_FILE = "run.json"
+
+
+def _run_key(args) -> dict:
+    """What a run trains on: the training questions' contents (SHA-256), or the dataset and split. A rerun resumes
+    only the run it started (another dev file is fine: it only chooses the checkpoint kept)."""
+    import hashlib
+
+    def digest(path: str | None) -> str | None:
+        if path is None or not Path(path).is_file():
+            return None
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    if args.dataset is not None:
+        return {"dataset": args.dataset, "train_split": args.train_split}
+    return {"train_file": digest(args.train_file)}
+
+
+def _check_same_run(output: Path, run_key: dict) -> None:
+    """Raises `UsageError` where OUT's checkpoints belong to a run on other questions (resuming it would go on with
+    the old run's data order and optimizer state as if the new questions were the old)."""
+    from realm_hf.errors import UsageError
+
+    try:
+        stored = json.loads((output / RUN_KEY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # a run from before run.json was written: nothing to compare with
+    if stored != run_key:
+        changed = ", ".join(key for key in sorted(set(stored) | set(run_key)) if stored.get(key) != run_key.get(key))
+        raise UsageError(f"--output-dir {output} holds checkpoints of a run on other questions ({changed} changed): "
+                         "rerun with the same files to resume it, add --no-resume to start afresh there, or choose "
+                         "another --output-dir")  # fmt: skip
 
 
 def _corpus_key(documents, args) -> dict:
