@@ -372,3 +372,16 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     assert "realm-hf convert tf: error: expected a TensorFlow checkpoint index at" in capsys.readouterr().err
     assert main(["convert", "tf", "--output", str(tmp_path / "out")]) == 2
     assert "realm-hf convert tf: error: give at least one of --checkpoint" in capsys.readouterr().err
+
+
+def test_cli_says_what_a_narrower_model_type_leaves_out(tmp_path, capsys):
+    # An ORQA checkpoint converted as an embedder: its reader is left out, and the command says so.
+    code = main(["convert", "tf", "--checkpoint", str(ORQA), "--model-type", "embedder", "--config",
+                 str(FIXTURES / "config.json"), "--output", str(tmp_path / "emb"), "--quiet"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0 and "RealmEmbedder (" in captured.out
+    assert "note: --model-type embedder leaves out what the checkpoint also holds (part of the reader" in captured.err
+    assert "--model-type openqa converts a whole" in captured.err
+    code = main(["convert", "tf", "--checkpoint", str(ORQA), "--config", str(FIXTURES / "config.json"), "--output",
+                 str(tmp_path / "whole"), "--quiet"])  # fmt: skip
+    assert code == 0 and "leaves out" not in capsys.readouterr().err
