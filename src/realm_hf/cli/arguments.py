@@ -230,11 +230,12 @@ def parse_trainer_flags(words: list[str], prog: str, required: tuple[str, ...] =
         if name in flags and not allowed(flags[name]):
             raise UsageError(f"argument --{name.replace('_', '-')}: expected a number {bound}, got {flags[name]} (see "
                              f"`{prog} --help`)")  # fmt: skip
-    for name in ("report_to",):
-        for integration in [flags[name]] if isinstance(flags.get(name), str) else flags.get(name) or []:
-            if integration not in ("none", "all") and not _integration_installed(integration):
-                raise UsageError(f"argument --report-to: {integration} is not installed (pip install {integration}), "
-                                 "or pass --report-to none")  # fmt: skip
+    report_to = flags.get("report_to") or []
+    missing = [name for name in ([report_to] if isinstance(report_to, str) else report_to) if name not in ("none", "all")
+               and name not in _available_integrations()]  # fmt: skip
+    if missing:
+        raise UsageError(f"argument --report-to: {missing[0]} is not installed (pip install {missing[0]}), or pass "
+                         "--report-to none")  # fmt: skip
     return flags
 
 
@@ -248,17 +249,11 @@ _TRAINER_FLAG_RANGES = (
 )  # fmt: skip
 
 
-def _integration_installed(name: str) -> bool:
-    import importlib.util
+def _available_integrations() -> list[str]:
+    """The reporting integrations the Trainer can use here (their packages installed): Transformers' own list."""
+    from transformers.integrations import get_available_reporting_integrations
 
-    module = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet_ml",
-              "clearml": "clearml", "trackio": "trackio"}.get(name, name.replace("-", "_"))  # fmt: skip
-    if name == "tensorboard":
-        return any(importlib.util.find_spec(candidate) for candidate in ("tensorboard", "tensorboardX"))
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+    return get_available_reporting_integrations()
 
 
 def refuse_to_overwrite(output: Path, option: str = "--output", resumable: bool = False) -> None:
