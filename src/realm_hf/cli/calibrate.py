@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -81,12 +80,10 @@ def cmd_calibrate(args) -> int:
         "fitted_by": "realm-hf calibrate", "data": str(args.data), "index": args.index, "questions": len(questions),
         "answerable": int(answerable.sum()), "max_correct_abstained": args.max_correct_abstained, **rates,
     })  # fmt: skip
-    from realm_hf.evaluation.calibration import CALIBRATION_FILE
+    from realm_hf.evaluation.calibration import set_aside_calibration
 
-    previous = model_dir / CALIBRATION_FILE
-    if previous.is_file():  # kept, not lost: the previous fit may have been the better one
-        kept = previous.with_name("calibration.previous.json")
-        os.replace(previous, kept)
+    kept = set_aside_calibration(model_dir)  # kept, not lost: the previous fit may have been the better one
+    if kept is not None:
         print(f"note: the model's previous calibration is now {kept}", file=sys.stderr)
     path = calibration.save(model_dir)
     summary = {"calibration": str(path), "questions": len(questions), "answerable": int(answerable.sum()),

@@ -210,8 +210,9 @@ def cmd_train(args) -> int:
     blocks_path = output / "blocks.safetensors"
     corpus_key = _corpus_key(documents, args)
     with training_args.main_process_first(desc="tokenizing the corpus"):
-        stale = not blocks_path.is_file() or _stored_corpus_key(output) != corpus_key
+        # tokenized again where the key differs or is missing (written before blocks.json existed, or damaged);
         # --no-resume: tokenized afresh once, by the first process; the others then find it current
+        stale = not blocks_path.is_file() or _stored_key(output / BLOCKS_KEY_FILE) != corpus_key
         if stale or (args.no_resume and training_args.process_index == 0):
             output.mkdir(parents=True, exist_ok=True)
             tokenize_corpus(tokenizer, documents, blocks_path, max_block_length=args.max_block_length)
@@ -287,9 +288,8 @@ def _check_same_run(output: Path, run_key: dict) -> None:
     the old run's data order and optimizer state as if the new questions were the old)."""
     from realm_hf.errors import UsageError
 
-    try:
-        stored = json.loads((output / RUN_KEY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    stored = _stored_key(output / RUN_KEY_FILE)
+    if stored is None:
         return  # a run from before run.json was written: nothing to compare with
     if stored != run_key:
         changed = ", ".join(key for key in sorted(set(stored) | set(run_key)) if stored.get(key) != run_key.get(key))
@@ -306,11 +306,13 @@ def _corpus_key(documents, args) -> dict:
     return {"documents": source, "max_block_length": args.max_block_length}
 
 
-def _stored_corpus_key(output: Path) -> dict | None:
+def _stored_key(path: Path) -> dict | None:
+    """The key a sidecar (`blocks.json`, `run.json`) holds; `None` where there is none (written before it existed) or
+    it is damaged."""
     try:
-        return json.loads((output / BLOCKS_KEY_FILE).read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None  # none (written before this file existed) or damaged: tokenized again
+        return None
 
 
 def _last_whole_checkpoint(output: Path) -> Path | None:
@@ -332,13 +334,12 @@ def _last_whole_checkpoint(output: Path) -> Path | None:
 def _set_aside_calibration(output: Path) -> None:
     """A `calibration.json` in OUTPUT was fitted to another model (the one trained there before, or copied in): kept
     as `calibration.previous.json`, so that the new model's answers carry no borrowed confidence."""
-    from realm_hf.evaluation.calibration import CALIBRATION_FILE
+    from realm_hf.evaluation.calibration import CALIBRATION_FILE, set_aside_calibration
 
-    stale = output / CALIBRATION_FILE
-    if stale.is_file():
-        stale.replace(output / "calibration.previous.json")
-        print(f"note: {stale} was fitted to the model trained there before: kept as calibration.previous.json; fit "
-              "one for this model with realm-hf calibrate", file=sys.stderr)  # fmt: skip
+    kept = set_aside_calibration(output)
+    if kept is not None:
+        print(f"note: {output / CALIBRATION_FILE} was fitted to the model trained there before: kept as {kept.name}; "
+              "fit one for this model with realm-hf calibrate", file=sys.stderr)  # fmt: skip
 
 
 def _carry_searcher_settings(model: str, output: Path) -> None:

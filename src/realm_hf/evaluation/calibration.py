@@ -29,15 +29,18 @@ import torch
 __all__ = [
     "CALIBRATION_FEATURES",
     "CALIBRATION_FILE",
+    "PREVIOUS_CALIBRATION_FILE",
     "Calibration",
     "abstention_rates",
     "accuracy_coverage",
     "choose_threshold",
     "fit_calibration",
     "leave_one_group_out",
+    "set_aside_calibration",
 ]
 
 CALIBRATION_FILE = "calibration.json"
+PREVIOUS_CALIBRATION_FILE = "calibration.previous.json"
 CALIBRATION_FEATURES = (
     "log_span_probability",  # log of the answer's probability among every (block, span) pair read
     "span_logit",  # the answer's logit: reader span logit + retrieval logit of its block
@@ -149,6 +152,17 @@ class Calibration:
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: not valid JSON ({error})") from error
         return cls.from_dict(payload)
+
+
+def set_aside_calibration(directory: str | os.PathLike) -> Path | None:
+    """Moves `directory`'s `calibration.json` to `calibration.previous.json` (kept, not lost), before a new fit or a
+    new model there; returns where it went, or `None` where there was none."""
+    current = Path(directory) / CALIBRATION_FILE
+    if not current.is_file():
+        return None
+    previous = current.with_name(PREVIOUS_CALIBRATION_FILE)
+    os.replace(current, previous)
+    return previous
 
 
 def fit_calibration(
