@@ -317,13 +317,20 @@ class OpenQAPipeline(Pipeline):
         # Spans ranked after every other valid one, their probabilities untouched (see `number_spans`). Invalid spans
         # are demoted with them: their logit is -inf, so they stay last, where `postprocess` stops.
         demoted = torch.zeros_like(span_mask)
+        decoded = []
+
+        def asks(key: str, test) -> torch.BoolTensor:
+            """`(B,)`: `preprocess`'s flag `key`, or `test` of each question as its wordpieces read (bare tokenizer
+            outputs), decoded once for every flag."""
+            flags = model_inputs.get(key)
+            if flags is None:
+                if not decoded:
+                    decoded.extend(self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True))
+                flags = torch.tensor([test(question) for question in decoded])
+            return flags.to(span_mask.device)
+
         if prefer_number_answers:
-            numeric, yearly = model_inputs.get("asks_for_a_number"), model_inputs.get("asks_for_a_year")
-            if numeric is None or yearly is None:  # bare tokenizer outputs: the question as its wordpieces read
-                questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
-                numeric = torch.tensor([asks_for_a_number(question) for question in questions])
-                yearly = torch.tensor([asks_for_a_year(question) for question in questions])
-            numeric, yearly = numeric.to(span_mask.device), yearly.to(span_mask.device)
+            numeric, yearly = asks("asks_for_a_number", asks_for_a_number), asks("asks_for_a_year", asks_for_a_year)
             if bool(numeric.any()):
                 digit_ids, word_ids, continuation_ids, digit_continuation_ids = self._number_ids()
                 with_number = number_spans(spans, digit_ids, word_ids, continuation_ids, self._code_ids()) & span_mask
@@ -335,11 +342,7 @@ class OpenQAPipeline(Pipeline):
                 demote = numeric & with_number.flatten(1).any(-1)
                 demoted = ~with_number & demote[:, None, None]
         if prefer_name_answers:
-            named = model_inputs.get("asks_for_a_name")
-            if named is None:
-                questions = self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True)
-                named = torch.tensor([asks_for_a_name(question) for question in questions])
-            named = named.to(span_mask.device) & ~demoted.flatten(1).any(-1)
+            named = asks("asks_for_a_name", asks_for_a_name) & ~demoted.flatten(1).any(-1)
             if bool(named.any()):
                 with_name = self._name_spans(spans, named) & span_mask
                 demote = named & with_name.flatten(1).any(-1)
@@ -810,8 +813,7 @@ def name_like_spans(spans, kinds: torch.Tensor) -> torch.BoolTensor:
     if starts.numel() == 0:
         return torch.zeros(kinds.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
     kinds = kinds.to(device)
-    counts = torch.nn.functional.pad((kinds == NOT_IN_NAMES).long().cumsum(-1), (1, 0))
-    clean = (counts[..., ends + 1] - counts[..., starts]) == 0
+    clean = _count_in_spans(kinds == NOT_IN_NAMES, starts, ends) == 0
     first, last = kinds[..., starts], kinds[..., ends]
     alone = (first == INITIAL) & (ends == starts)
     return ((first == CAPITAL) | (first == INITIAL)) & clean & (last != PARTICLE) & ~alone
@@ -852,10 +854,14 @@ def number_spans(
         hyphens, letters = (torch.isin(reader_ids, ids.to(device)) for ids in code_ids)
         after_code = torch.nn.functional.pad(hyphens[..., 1:-1] & letters[..., :-2], (2, 0))  # (B, R, L)
         numbers &= ~after_code
-    # numbers before each position, so that a span's count is a difference of two prefix sums
-    counts = numbers.long().cumsum(-1)  # (B, R, L)
-    counts = torch.nn.functional.pad(counts, (1, 0))  # counts[..., p] = numbers among positions < p
-    return (counts[..., ends + 1] - counts[..., starts]) > 0
+    return _count_in_spans(numbers, starts, ends) > 0
+
+
+def _count_in_spans(flags: torch.BoolTensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """`(..., N)`: how many of `flags` (`(..., L)`) are set in each span `starts[n]..ends[n]` (inclusive): a
+    difference of two prefix sums, not a loop over spans."""
+    counts = torch.nn.functional.pad(flags.long().cumsum(-1), (1, 0))  # counts[..., p] = flags among positions < p
+    return counts[..., ends + 1] - counts[..., starts]
 
 
 def _continued(reader_ids: torch.Tensor, continuation_ids: torch.Tensor) -> torch.BoolTensor:
@@ -886,10 +892,9 @@ def whole_number_spans(
     if starts.numel() == 0:
         return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
     first = torch.isin(reader_ids, digit_ids.to(device))[..., starts]  # (B, R, N)
-    # digit continuations before each position: the span's are a difference of two prefix sums
-    digits = torch.isin(reader_ids, digit_continuation_ids.to(device)).long().cumsum(-1)
-    digits = torch.nn.functional.pad(digits, (1, 0))  # digits[..., p] = digit continuations among positions < p
-    rest = (digits[..., ends + 1] - digits[..., starts + 1]) == (ends - starts)
+    # every wordpiece after the first a digit continuation ("##2")
+    digits = torch.isin(reader_ids, digit_continuation_ids.to(device))
+    rest = _count_in_spans(digits, starts + 1, ends) == (ends - starts)
     return first & rest & ~_continued(reader_ids, continuation_ids)[..., ends]
 
 
