@@ -87,9 +87,8 @@ def _convert_tf(args) -> int:
         plan = model.tf_conversion_plans[0]
         written.append(f"{type(model).__name__} ({len(plan.mapping)} variables mapped, {len(plan.skipped)} skipped)")
         left = sorted({why.split(",")[0] for why in plan.skipped.values() if why.startswith("part of the ")})
-        if (
-            left
-        ):  # weights the checkpoint holds and this model type has no place for: say so, with the way to keep them
+        # weights the checkpoint holds and this model type has no place for: say so, with the way to keep them
+        if left:
             print(f"note: --model-type {args.model_type} leaves out what the checkpoint also holds ({'; '.join(left)}); "
                   "--model-type openqa converts a whole ORQA/REALM open-QA checkpoint", file=sys.stderr)  # fmt: skip
     if args.block_emb:
