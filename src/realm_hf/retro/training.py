@@ -115,6 +115,17 @@ def bits_per_byte(total_nats: float, num_bytes: int) -> float:
     return total_nats / (math.log(2) * num_bytes)
 
 
+def _batches_in_eval_mode(model, dataset: Dataset, collator, batch_size: int):
+    """`dataset`'s collated batches in order, with `model` in eval mode until the last (its mode restored after)."""
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(dataset), batch_size):
+            yield collator([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def evaluate_bits_per_byte(model, dataset: Dataset, collator: RetroCollator, *, num_bytes: int | None = None,
                            batch_size: int = 8) -> dict[str, float]:  # fmt: skip
@@ -131,21 +142,15 @@ def evaluate_bits_per_byte(model, dataset: Dataset, collator: RetroCollator, *, 
     Returns:
         `dict` with `nats`, `tokens`, `loss` (nats per token), `perplexity` and, with `num_bytes`, `bits_per_byte`.
     """
-    was_training = model.training
-    model.eval()
     total_nats, total_tokens = 0.0, 0
-    try:
-        for start in range(0, len(dataset), batch_size):
-            batch = collator([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
-            labels = batch.pop("labels")
-            logits = model(**{key: value.to(model.device) for key, value in batch.items()}).logits.float()
-            targets = labels[:, 1:].to(logits.device)
-            nats = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(),
-                                                     ignore_index=-100, reduction="sum")  # fmt: skip
-            total_nats += float(nats)
-            total_tokens += int((targets != -100).sum())
-    finally:
-        model.train(was_training)
+    for batch in _batches_in_eval_mode(model, dataset, collator, batch_size):
+        labels = batch.pop("labels")
+        logits = model(**{key: value.to(model.device) for key, value in batch.items()}).logits.float()
+        targets = labels[:, 1:].to(logits.device)
+        nats = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(),
+                                                 ignore_index=-100, reduction="sum")  # fmt: skip
+        total_nats += float(nats)
+        total_tokens += int((targets != -100).sum())
     result = {"nats": total_nats, "tokens": total_tokens, "loss": total_nats / max(total_tokens, 1)}
     result["perplexity"] = math.exp(result["loss"])
     if num_bytes is not None:
@@ -182,37 +187,31 @@ def copy_baseline_bits_per_byte(lm, dataset: Dataset, database_chunks: RetroChun
         raise ValueError(f"weights must each be in (0, 1), got {list(weights)}.")
     collator = RetroCollator(database_chunks)
     pad, m = database_chunks.pad_token_id, database_chunks.chunk_size
-    was_training = lm.training
-    lm.eval()
     nats = torch.zeros(len(weights) + 1, dtype=torch.float64)
-    try:
-        for start in range(0, len(dataset), batch_size):
-            batch = collator([dataset[index] for index in range(start, min(start + batch_size, len(dataset)))])
-            input_ids, labels, neighbours = batch["input_ids"], batch["labels"], batch["neighbour_input_ids"]
-            probabilities = lm(input_ids=input_ids.to(lm.device)).logits.float().softmax(-1).cpu()  # (B, T, V)
-            length = input_ids.shape[1]
-            positions = torch.arange(length - 1)  # position t predicts token t + 1
-            chunk = (positions + 1) // m - 1  # (T-1,): whose neighbours; -1 for none
-            targets = labels[:, 1:]  # (B, T-1)
-            valid = targets != -100
-            p_lm = probabilities[:, :-1].gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, T-1)
-            read = neighbours[:, chunk.clamp(min=0)].flatten(2, 3)  # (B, T-1, k * 2m): one row per neighbour, joined
-            read = read.masked_fill((chunk < 0)[None, :, None], pad)
-            current, following = read[..., :-1], read[..., 1:]
-            # pairs inside one neighbour only (not the last token of one and the first of the next)
-            inside = (torch.arange(read.shape[-1] - 1) % (2 * m)) != (2 * m - 1)
-            matches = (current == input_ids[:, :-1, None]) & (following != pad) & inside  # (B, T-1, k*2m - 1)
-            hits = (matches & (following == targets[..., None])).sum(-1).double()
-            bag = (read != pad).sum(-1).double()
-            p_bag = (read == targets[..., None]).sum(-1).double() / bag.clamp(min=1)
-            count = matches.sum(-1).double()
-            p_copy = torch.where(count > 0, hits / count.clamp(min=1), p_bag)  # (B, T-1)
-            nats[0] -= p_lm.double().log()[valid].sum()
-            for index, weight in enumerate(weights, start=1):
-                mixed = (1 - weight) * p_lm.double() + weight * p_copy
-                nats[index] -= mixed.log()[valid].sum()
-    finally:
-        lm.train(was_training)
+    for batch in _batches_in_eval_mode(lm, dataset, collator, batch_size):
+        input_ids, labels, neighbours = batch["input_ids"], batch["labels"], batch["neighbour_input_ids"]
+        probabilities = lm(input_ids=input_ids.to(lm.device)).logits.float().softmax(-1).cpu()  # (B, T, V)
+        length = input_ids.shape[1]
+        positions = torch.arange(length - 1)  # position t predicts token t + 1
+        chunk = (positions + 1) // m - 1  # (T-1,): whose neighbours; -1 for none
+        targets = labels[:, 1:]  # (B, T-1)
+        valid = targets != -100
+        p_lm = probabilities[:, :-1].gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, T-1)
+        read = neighbours[:, chunk.clamp(min=0)].flatten(2, 3)  # (B, T-1, k * 2m): one row per neighbour, joined
+        read = read.masked_fill((chunk < 0)[None, :, None], pad)
+        current, following = read[..., :-1], read[..., 1:]
+        # pairs inside one neighbour only (not the last token of one and the first of the next)
+        inside = (torch.arange(read.shape[-1] - 1) % (2 * m)) != (2 * m - 1)
+        matches = (current == input_ids[:, :-1, None]) & (following != pad) & inside  # (B, T-1, k*2m - 1)
+        hits = (matches & (following == targets[..., None])).sum(-1).double()
+        bag = (read != pad).sum(-1).double()
+        p_bag = (read == targets[..., None]).sum(-1).double() / bag.clamp(min=1)
+        count = matches.sum(-1).double()
+        p_copy = torch.where(count > 0, hits / count.clamp(min=1), p_bag)  # (B, T-1)
+        nats[0] -= p_lm.double().log()[valid].sum()
+        for index, weight in enumerate(weights, start=1):
+            mixed = (1 - weight) * p_lm.double() + weight * p_copy
+            nats[index] -= mixed.log()[valid].sum()
     names = ["lm"] + [f"copy w={weight:g}" for weight in weights]
     return {name: bits_per_byte(float(value), num_bytes) for name, value in zip(names, nats)}
 
