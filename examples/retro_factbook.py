@@ -98,6 +98,9 @@ def parse_args(argv=None):
     parser.add_argument("--cca-layers", default="1,3", help="0-based decoder layers with chunked cross-attention")
     parser.add_argument("--encoder-hidden-size", type=int, default=128)
     parser.add_argument("--encoder-layers", type=int, default=2)
+    parser.add_argument("--encoder-relative-buckets", type=int, default=32,
+                        help="buckets of the encoder's learned relative-position logits (0: rotary positions only, "
+                        "as runs before session 16)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--base-steps", type=int, default=250)
     parser.add_argument("--retro-steps", type=int, default=60, help="RETRO-fitting steps (0: skip the stage)")
@@ -567,6 +570,7 @@ def main(argv=None) -> int:
             GPT2LMHeadModel.from_pretrained(base_dir), chunk_size=args.chunk_size, num_neighbors=args.num_neighbors,
             cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size, encoder_num_heads=4,
             encoder_num_layers=args.encoder_layers, encoder_embeddings_from_base=args.encoder_embeddings_from_base,
+            encoder_relative_position_buckets=args.encoder_relative_buckets,
         )  # fmt: skip
         trainable = sum(p.numel() for p in retro.parameters() if p.requires_grad)
         print(f"RETRO-fitting: {trainable:,} new trainable parameters, {args.retro_steps} steps", flush=True)
@@ -583,6 +587,7 @@ def main(argv=None) -> int:
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, chunk_size=args.chunk_size,
             num_neighbors=args.num_neighbors, cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size,
             encoder_num_heads=4, encoder_num_layers=args.encoder_layers,
+            encoder_relative_position_buckets=args.encoder_relative_buckets,
         ))  # fmt: skip
         print(f"training RETRO from scratch ({scratch.num_parameters():,} parameters) for {args.scratch_steps} steps",
               flush=True)  # fmt: skip

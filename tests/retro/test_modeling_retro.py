@@ -167,6 +167,60 @@ def test_save_and_load_through_auto_classes(tmp_path):
     assert not list(tmp_path.glob("*.bin"))
 
 
+def test_relative_position_buckets():
+    from realm_hf.retro.modeling_retro import relative_position_bucket
+
+    offsets = torch.arange(-300, 301)
+    buckets = relative_position_bucket(offsets, num_buckets=32, max_distance=128)
+    # Short offsets (under a quarter of the buckets) each have their own bucket, each direction its own half.
+    assert buckets[300] == 0
+    assert buckets[300 - torch.arange(1, 8)].tolist() == list(range(1, 8))
+    assert buckets[300 + torch.arange(1, 8)].tolist() == list(range(17, 24))
+    # Longer ones share log-spaced buckets, never decreasing with distance, up to the last one of each half.
+    backward, forward = buckets[:300].flip(0), buckets[301:]
+    assert (backward.diff() >= 0).all() and (forward.diff() >= 0).all()
+    assert backward.max() == 15 and forward.max() == 31 and buckets.min() == 0
+    assert set(buckets.tolist()) == set(range(32)) - {16}  # offset 0 sits in the backward half only
+
+
+def test_encoder_relative_position_logits_start_at_zero_and_models_saved_without_them_load_the_same(tmp_path):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    model = _model(encoder_relative_position_buckets=16)
+    logits = [layer.relative_positions.weight for layer in model.transformer.encoder.layers]
+    assert all(weight.shape == (2, 16) and not weight.any() for weight in logits)
+    # With the logits trained they change what the encoder reads.
+    input_ids, neighbours = torch.randint(3, VOCAB, (2, 2 * CHUNK)), _neighbours(2, 2)
+    with torch.no_grad():
+        before = model(input_ids, neighbour_input_ids=neighbours).logits
+        logits[0].normal_(std=2.0)
+        assert not torch.allclose(model(input_ids, neighbour_input_ids=neighbours).logits, before)
+        logits[0].zero_()
+    # A model saved before session 16 has neither the logits nor the config fields: it loads with them at zero, the
+    # same outputs, and nothing reported missing.
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    save_file({key: value for key, value in weights.items() if "relative_positions" not in key},
+              tmp_path / "model.safetensors", metadata={"format": "pt"})  # fmt: skip
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["encoder_relative_position_buckets"], config["encoder_relative_position_max_distance"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded, info = RetroForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"]
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(input_ids, neighbour_input_ids=neighbours).logits, before)
+    assert (
+        RetroForCausalLM(tiny_retro_config(encoder_relative_position_buckets=0))
+        .transformer.encoder.layers[0]
+        .relative_positions
+        is None
+    )
+    with pytest.raises(StrictDataclassClassValidationError, match="positive even number"):
+        tiny_retro_config(encoder_relative_position_buckets=7)
+
+
 @pytest.mark.parametrize(
     ("neighbours", "message"),
     [

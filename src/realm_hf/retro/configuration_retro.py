@@ -43,6 +43,11 @@ class RetroConfig(GPT2Config):
         cca_num_heads (`int`, *optional*, defaults to `n_head`): heads of chunked cross-attention.
         rotary_base (`float`, defaults to 10000.0): base of the rotary position encoding used for the relative
             positions inside CCA and the encoder.
+        encoder_relative_position_buckets (`int`, defaults to 32): buckets of the learned relative-position logits
+            added to the neighbour encoder's self-attention (one per head and bucket; offsets under a quarter of the
+            buckets each have their own, longer ones share log-spaced buckets up to
+            `encoder_relative_position_max_distance`, defaults to 128). They start at zero, so a model saved without them
+            loads with the same outputs. `0` leaves rotary positions alone.
         retrieval_metric (`str`, defaults to `"l2"`): `"l2"` (the paper's squared L2 between frozen-BERT chunk keys) or
             `"ip"` (inner product); what the retrieval database is indexed with.
 
@@ -72,6 +77,8 @@ class RetroConfig(GPT2Config):
     encoder_intermediate_size: int | None = None
     cca_num_heads: int | None = None
     rotary_base: float | int = 10000.0
+    encoder_relative_position_buckets: int = 32
+    encoder_relative_position_max_distance: int = 128
     retrieval_metric: str = "l2"
 
     def __post_init__(self, **kwargs):
@@ -98,6 +105,16 @@ class RetroConfig(GPT2Config):
             raise ValueError(
                 f"encoder_hidden_size ({self.encoder_hidden_size}) must be a multiple of encoder_num_heads "
                 f"({self.encoder_num_heads})."
+            )
+        if self.encoder_relative_position_buckets < 0 or self.encoder_relative_position_buckets % 2:
+            raise ValueError(
+                "encoder_relative_position_buckets must be 0 (none) or a positive even number (half for each "
+                f"direction), got {self.encoder_relative_position_buckets}."
+            )
+        if self.encoder_relative_position_buckets and self.encoder_relative_position_max_distance < 1:
+            raise ValueError(
+                "encoder_relative_position_max_distance must be a positive number of tokens, got "
+                f"{self.encoder_relative_position_max_distance}."
             )
         if self.n_embd % self.num_cca_heads != 0:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of cca_num_heads ({self.num_cca_heads}).")

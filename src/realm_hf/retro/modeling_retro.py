@@ -17,10 +17,12 @@ How it maps onto the paper:
   autoregressive.
 - The neighbour encoder is bidirectional over each neighbour's `r` tokens and cross-attends to the decoder states of
   the chunk that retrieved it (the inputs of the first CCA layer, `H_u` in Algorithm 1), in every encoder layer.
-- Relative positions: rotary position encodings inside CCA and the encoder, instead of the paper's learned
-  relative-position logits. In CCA the query at offset `i` of an attending chunk sits at position `m - 1 + i` and
-  neighbour token `j` at position `j`, so the rotary phase depends on `i - j + m - 1`, the paper's CCA distance
-  `d(i, i')`; the encoder's cross-attention gets `i' - i`, the paper's `d_enc`.
+- Relative positions: rotary position encodings inside CCA and the encoder. In CCA the query at offset `i` of an
+  attending chunk sits at position `m - 1 + i` and neighbour token `j` at position `j`, so the rotary phase depends on
+  `i - j + m - 1`, the paper's CCA distance `d(i, i')`; the encoder's cross-attention gets `i' - i`, the paper's
+  `d_enc`. The encoder's self-attention adds the paper's learned relative-position logits too (bucketed, one per head
+  and bucket, zero at first): with rotary alone a small model did not learn to find where in a shifted neighbour it
+  is, with them it did (docs/retro.md).
 - Generation keeps a `RetroCache`: GPT-2's self-attention KV cache, the encoded neighbours of every finished chunk, and
   the first-CCA-layer states of the unfinished chunk (needed to encode its neighbours once it is complete).
 - Left padding (an `attention_mask` with leading zeros): each row's chunks and positions count from its first real
@@ -99,6 +101,7 @@ class RetroAttention(nn.Module):
         query_positions: torch.Tensor,
         key_positions: torch.Tensor,
         key_mask: torch.Tensor | None = None,
+        position_logits: torch.Tensor | None = None,
     ) -> torch.Tensor:
         r"""
         Args:
@@ -106,6 +109,7 @@ class RetroAttention(nn.Module):
             query_positions (`torch.LongTensor` of shape `(Tq,)`), key_positions (`(Tk,)`): rotary positions.
             key_mask (`torch.BoolTensor` of shape `(batch, Tk)`, *optional*): `True` for keys that may be attended.
                 Queries with no attendable key get a zero output instead of a softmax over nothing.
+            position_logits (`torch.Tensor` of shape `(num_heads, Tq, Tk)`, *optional*): added to the scores.
 
         Returns:
             `torch.Tensor` of shape `(batch, Tq, query_size)`.
@@ -114,6 +118,8 @@ class RetroAttention(nn.Module):
         key = apply_rotary(self._heads(self.key(keys_values)), key_positions, self.rotary_base)
         value = self._heads(self.value(keys_values))
         scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (batch, H, Tq, Tk)
+        if position_logits is not None:
+            scores = scores + position_logits.to(scores.dtype)
         if key_mask is not None:
             scores = scores.masked_fill(~key_mask[:, None, None, :], torch.finfo(scores.dtype).min)
         probabilities = F.dropout(scores.softmax(dim=-1), p=self.dropout, training=self.training)
@@ -124,6 +130,37 @@ class RetroAttention(nn.Module):
             attended = attended * key_mask.any(dim=-1).to(attended.dtype)[:, None, None, None]
         attended = attended.transpose(1, 2).reshape(*queries.shape[:-1], -1)
         return self.output(attended)
+
+
+def relative_position_bucket(offsets: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """Bucket of each key-minus-query offset: half the buckets for each direction; within a direction, offsets under
+    a quarter of the buckets get one bucket each, longer ones log-spaced buckets up to `max_distance` (and beyond it
+    the last one)."""
+    half = num_buckets // 2
+    direction = (offsets > 0).long() * half
+    distance = offsets.abs()
+    exact = max(1, half // 2)
+    spread = math.log(max(max_distance, exact + 1) / exact)
+    far = exact + (torch.log(distance.clamp(min=1).float() / exact) / spread * (half - exact)).long()
+    bucket = torch.where(distance < exact, distance, far.clamp(max=half - 1))
+    return direction + bucket
+
+
+class RelativePositionLogits(nn.Module):
+    """Learned logits per head and relative-position bucket (the paper's relative encoding), zero at first."""
+
+    def __init__(self, num_heads: int, num_buckets: int, max_distance: int):
+        super().__init__()
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.weight = nn.Parameter(torch.zeros(num_heads, num_buckets))
+
+    def forward(self, length: int) -> torch.Tensor:
+        """`(num_heads, length, length)` logits for queries and keys at positions `0 .. length - 1`."""
+        positions = torch.arange(length, device=self.weight.device)
+        buckets = relative_position_bucket(
+            positions[None, :] - positions[:, None], self.num_buckets, self.max_distance
+        )
+        return self.weight[:, buckets]
 
 
 class RetroFeedForward(nn.Module):
@@ -146,6 +183,15 @@ class RetroEncoderLayer(nn.Module):
         width, dropout = config.encoder_hidden_size, config.attn_pdrop
         self.self_attention_norm = nn.LayerNorm(width, eps=config.layer_norm_epsilon)
         self.self_attention = RetroAttention(width, width, config.encoder_num_heads, config.rotary_base, dropout)
+        self.relative_positions = (
+            RelativePositionLogits(
+                config.encoder_num_heads,
+                config.encoder_relative_position_buckets,
+                config.encoder_relative_position_max_distance,
+            )
+            if config.encoder_relative_position_buckets
+            else None
+        )
         self.cross_attention_norm = nn.LayerNorm(width, eps=config.layer_norm_epsilon)
         self.cross_attention = RetroAttention(width, config.n_embd, config.encoder_num_heads, config.rotary_base,
                                               dropout)  # fmt: skip
@@ -157,9 +203,14 @@ class RetroEncoderLayer(nn.Module):
         # hidden_states (n, r, E); neighbour_mask (n, r) bool; chunk_states (n, m, D), with n = B * L * k
         neighbour_positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
         chunk_positions = torch.arange(chunk_states.shape[1], device=hidden_states.device)
+        position_logits = (
+            self.relative_positions(hidden_states.shape[1]) if self.relative_positions is not None else None
+        )
         normed = self.self_attention_norm(hidden_states)
         hidden_states = hidden_states + self.dropout(
-            self.self_attention(normed, normed, neighbour_positions, neighbour_positions, neighbour_mask)
+            self.self_attention(
+                normed, normed, neighbour_positions, neighbour_positions, neighbour_mask, position_logits
+            )
         )
         normed = self.cross_attention_norm(hidden_states)
         hidden_states = hidden_states + self.dropout(
@@ -331,6 +382,8 @@ class RetroPreTrainedModel(GPT2PreTrainedModel):
     _no_split_modules = ["RetroDecoderLayer", "RetroEncoderLayer"]
     _can_record_outputs = {}
     _can_compile_fullgraph = False
+    # Models saved before the encoder had relative-position logits load with them at zero: the same outputs.
+    _keys_to_ignore_on_load_missing = [r"relative_positions\.weight"]
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -338,6 +391,8 @@ class RetroPreTrainedModel(GPT2PreTrainedModel):
         if isinstance(module, _ZeroInitLinear):
             init.zeros_(module.weight)
             init.zeros_(module.bias)
+        elif isinstance(module, RelativePositionLogits):
+            init.zeros_(module.weight)
 
 
 # -------------------------------------------------------------------------------------------------------- outputs
