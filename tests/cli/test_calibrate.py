@@ -44,7 +44,7 @@ def test_calibrate_writes_a_calibration_that_ask_reads(model_dir, tmp_path, caps
     assert summary["questions"] == len(rows) and summary["answerable"] == len(rows) - 2
     assert summary["correct"] == right and summary["correct_abstained"] <= 0.5
     calibration = Calibration.load(model_dir / "calibration.json")
-    assert calibration.features == ["log_span_probability", "margin", "question_coverage"]
+    assert calibration.features == ["log_kind_span_probability", "kind_margin", "question_coverage"]
     assert calibration.threshold == summary["threshold"] and calibration.metadata["fitted_by"] == "realm-hf calibrate"
 
     assert (

@@ -17,7 +17,7 @@ from transformers import pipeline
 from realm_hf import OpenQAPipeline, RealmEmbedder, RealmForOpenQA, RealmRetriever, RealmTokenizer
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
 from realm_hf.evaluation.calibration import CALIBRATION_FEATURES
-from realm_hf.pipelines.open_qa import spans_in_question, unbalanced_spans
+from realm_hf.pipelines.open_qa import answers_with_features, spans_in_question, unbalanced_spans
 from realm_hf.retrieval import DocumentStore
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "realm4"
@@ -670,6 +670,31 @@ def test_number_questions_get_an_answer_holding_a_number(open_qa):
     # a question that does not ask for a number is left alone
     other = "Who won the Nobel Prize in physics?"
     assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_number_answers=False)
+
+
+def test_confidence_features_among_the_answers_of_the_kind_asked_for(open_qa):
+    span, margin = CALIBRATION_FEATURES.index("log_span_probability"), CALIBRATION_FEATURES.index("margin")
+    kind_span = CALIBRATION_FEATURES.index("log_kind_span_probability")
+    kind_margin = CALIBRATION_FEATURES.index("kind_margin")
+    kind_answer = CALIBRATION_FEATURES.index("log_kind_answer_probability")
+
+    def features(question):  # as a calibration reads them (the tiny vocabulary has no "year": asked from the text)
+        return torch.tensor(answers_with_features(open_qa, [question])[0]["features"])
+
+    # A year question: the answer's probability among the spans that are one number, its margin over the next of them.
+    year = "In what year did Marie Curie win the Nobel Prize?"
+    plain = open_qa(year, prefer_number_answers=False, top_k=10**6)
+    whole = [answer for answer in plain if re.fullmatch(r"\d+", answer["answer"])]
+    assert whole[0] != plain[0], "the rule changes nothing here: the test checks nothing"
+    row = features(year)
+    assert math.exp(row[kind_span]) == pytest.approx(whole[0]["score"] / sum(a["score"] for a in whole), rel=1e-4)
+    assert math.exp(row[span]) == pytest.approx(whole[0]["score"], rel=1e-4) and row[kind_span] > row[span]
+    same = sum(a["score"] for a in whole if a["answer"] == whole[0]["answer"])
+    assert math.exp(row[kind_answer]) == pytest.approx(same / sum(a["score"] for a in whole), rel=1e-4)
+    assert row[kind_margin] > 0 > row[margin]  # first among the years, behind the best span of all
+    # No rule applies: the same numbers.
+    row = features("What did Marie Curie win in 1903?")
+    assert row[kind_span] == row[span] and row[kind_margin] == row[margin]
 
 
 @pytest.mark.parametrize(

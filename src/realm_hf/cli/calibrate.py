@@ -24,9 +24,9 @@ examples:
   realm-hf ask --model out --index my-index "What does the warranty cover?"   # now with a confidence
 """
 
-# The features of the default model's calibration (chosen there by leave-one-source-out): probability, margin and
-# question coverage need nothing beyond the blocks read.
-DEFAULT_FEATURES = ("log_span_probability", "margin", "question_coverage")
+# The features of the default model's calibration (chosen there by leave-one-source-out): probability and margin among
+# the spans of the kind asked for, and question coverage, need nothing beyond the blocks read.
+DEFAULT_FEATURES = ("log_kind_span_probability", "kind_margin", "question_coverage")
 FEW_QUESTIONS = 100  # below this many dev questions the fit is a rough one, and the command says so
 
 

@@ -275,9 +275,7 @@ class OpenQAPipeline(Pipeline):
         # A list of one list: batches collate it to one list per question, and one question's inputs pass as they are.
         inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
                                    if abstain_on_unknown_names else []]  # fmt: skip
-        inputs["asks_for_a_number"] = torch.tensor([asks_for_a_number(question)])  # from the text: ids may be [UNK]
-        inputs["asks_for_a_year"] = torch.tensor([asks_for_a_year(question)])
-        inputs["asks_for_a_name"] = torch.tensor([asks_for_a_name(question)])
+        inputs.update(_answer_kinds([question]))
         return inputs
 
     def _forward(
@@ -360,23 +358,30 @@ class OpenQAPipeline(Pipeline):
         order = order.gather(1, torch.sort(demoted.view(batch_size, -1).gather(1, order).int(), stable=True).indices)
         best = order[:, :top_k]  # (B, k)
         block_index, candidate = best // num_candidates, best % num_candidates
-        # The answer's probability as REALM defines it: summed over every span that reads the same (the top ones).
-        answer_probabilities = _answer_probabilities(
-            probabilities, order[:, : max(top_k, ANSWER_POOL)], spans, num_candidates
-        )[:, :top_k]  # (B, k)
-        # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
-        return {
-            "scores": probabilities.gather(1, best),  # (B, k)
-            "features": _confidence_features(
-                logits,
-                probabilities,
+        pool = order[:, : max(top_k, ANSWER_POOL)]
+        # Among the spans of the kind asked for (where a rule demoted the others): the same numbers, renormalised.
+        kind_logits = logits.masked_fill(demoted.view(batch_size, -1), float("-inf"))
+        kind_probabilities = kind_logits.softmax(dim=-1)
+        coverage = _question_coverage(inputs, spans.reader_input_ids, spans.block_mask, self._ignored_ids())
+        idf_coverages = self._idf_coverage(inputs["input_ids"], spans.retrieved_block_ids[:, :num_read], idf_coverage)
+        features = [
+            _confidence_features(
+                span_logits,
+                span_probabilities,
                 best,
                 block_index,
                 spans.retrieved_logits[:, :num_read],
-                _question_coverage(inputs, spans.reader_input_ids, spans.block_mask, self._ignored_ids()),
-                answer_probabilities,
-                self._idf_coverage(inputs["input_ids"], spans.retrieved_block_ids[:, :num_read], idf_coverage),
-            ),
+                coverage,
+                # The answer's probability as REALM defines it: summed over every span that reads the same.
+                _answer_probabilities(span_probabilities, pool, spans, num_candidates)[:, :top_k],  # (B, k)
+                idf_coverages,
+            )
+            for span_logits, span_probabilities in ((logits, probabilities), (kind_logits, kind_probabilities))
+        ]
+        # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
+        return {
+            "scores": probabilities.gather(1, best),  # (B, k)
+            "features": torch.cat([features[0], features[1][..., list(KIND_FEATURE_COLUMNS)]], dim=-1),
             "valid": span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
             "start_token": spans.candidate_starts[candidate],  # (B, k), in the reader input
@@ -739,6 +744,7 @@ def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_s
         batch = questions[start : start + batch_size]
         inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
                                 return_tensors="pt"))  # fmt: skip
+        inputs.update(_answer_kinds(batch))  # as the pipeline asks them
         outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)  # every feature, whatever the calibration
         for index, question in enumerate(batch):
             one = {key: value[index : index + 1] for key, value in outputs.items()}
@@ -747,6 +753,16 @@ def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_s
                             "features": one["features"][0, 0].tolist(),
                             "unknown_names": unknown_names(question, frequencies)})  # fmt: skip
     return results
+
+
+def _answer_kinds(questions: list[str]) -> dict[str, torch.Tensor]:
+    """The kinds of answer each question asks for, `(B,)` flags `_forward` reads, from the text as written (its
+    wordpieces may be `[UNK]`, and decoding them loses case)."""
+    return {
+        "asks_for_a_number": torch.tensor([asks_for_a_number(question) for question in questions]),
+        "asks_for_a_year": torch.tensor([asks_for_a_year(question) for question in questions]),
+        "asks_for_a_name": torch.tensor([asks_for_a_name(question) for question in questions]),
+    }
 
 
 def asks_for_a_number(question: str) -> bool:
@@ -1058,12 +1074,18 @@ def _question_coverage(inputs, reader_input_ids, block_mask, ignored: torch.Tens
     return torch.where(counted > 0, found / counted.clamp(min=1), torch.ones_like(found, dtype=torch.float))
 
 
+# Of the plain features, those computed again among the spans of the kind asked for (log_kind_span_probability,
+# kind_margin, log_kind_answer_probability), in CALIBRATION_FEATURES order.
+KIND_FEATURE_COLUMNS = (0, 2, 6)
+
+
 def _confidence_features(
     logits, probabilities, best, block_index, retrieval_logits, coverage, answer_probabilities, idf_coverages
 ) -> torch.Tensor:
-    """`(B, k, len(CALIBRATION_FEATURES))`: for each of the `k` best spans, the numbers a calibration reads (see
-    `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`); `coverage` `(B, R)` is [`_question_coverage`],
-    `answer_probabilities` `(B, k)` [`_answer_probabilities`], `idf_coverages` `(B, R)` [`idf_coverage`]."""
+    """`(B, k, 8)`: for each of the `k` best spans, the first eight numbers a calibration reads (see
+    `realm_hf.evaluation.calibration.CALIBRATION_FEATURES`; the last three are `KIND_FEATURE_COLUMNS` of these over
+    the spans of the kind asked for); `coverage` `(B, R)` is [`_question_coverage`], `answer_probabilities` `(B, k)`
+    [`_answer_probabilities`], `idf_coverages` `(B, R)` [`idf_coverage`]."""
     span_logit = logits.gather(1, best)  # (B, k)
     top_two = torch.topk(logits, k=min(2, logits.shape[1]), dim=-1).values  # (B, 2)
     # The best span's margin is over the runner-up; every other span's is its (negative) gap to the best.
