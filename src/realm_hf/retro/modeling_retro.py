@@ -21,8 +21,8 @@ How it maps onto the paper:
   attending chunk sits at position `m - 1 + i` and neighbour token `j` at position `j`, so the rotary phase depends on
   `i - j + m - 1`, the paper's CCA distance `d(i, i')`; the encoder's cross-attention gets `i' - i`, the paper's
   `d_enc`. The encoder's self-attention adds the paper's learned relative-position logits too (bucketed, one per head
-  and bucket, zero at first): with rotary alone a small model did not learn to find where in a shifted neighbour it
-  is, with them it did (docs/retro.md).
+  and bucket, zero at first): with rotary alone a small model learned to read neighbours shifted against their chunk
+  in one of four runs, with them in three (docs/retro.md).
 - Generation keeps a `RetroCache`: GPT-2's self-attention KV cache, the encoded neighbours of every finished chunk, and
   the first-CCA-layer states of the unfinished chunk (needed to encode its neighbours once it is complete).
 - Left padding (an `attention_mask` with leading zeros): each row's chunks and positions count from its first real
