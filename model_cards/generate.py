@@ -549,8 +549,9 @@ def default_model_card() -> Card | None:
             notes=(
                 "The corpus and questions are small and templated: the factbook test set measures how well the reader "
                 "generalises to unseen countries, not open-domain QA at Natural Questions scale. On questions people "
-                "write it is right about half the time (`examples/trivia_questions.jsonl`), and some of its misses "
-                'are answers of the wrong kind from the right passage ("Who discovered penicillin?" -> "G"). Over '
+                "write it is right about three times in five (`examples/trivia_questions.jsonl`), and some of its "
+                "misses are answers of the wrong kind from the right passage (\"Who wrote A Christmas Carol?\" -> "
+                '"Ebenezer Scrooge"). Over '
                 "documents unlike its encyclopedic corpus it finds the right passage more often than the right span; "
                 "fine-tuning on a few hundred of your questions is the remedy. Known weaknesses, measured: "
                 "docs/default-model.md. Text licences: Wikipedia CC BY-SA 4.0, the factbook public domain."
