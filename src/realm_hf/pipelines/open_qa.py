@@ -42,7 +42,7 @@ from torch.utils.data import Dataset as TorchDataset
 from transformers import Pipeline
 from transformers.utils import logging
 
-from ..evaluation.calibration import CALIBRATION_FILE, MAX_MARGIN, Calibration
+from ..evaluation.calibration import CALIBRATION_FEATURES, CALIBRATION_FILE, MAX_MARGIN, Calibration
 from ..loading import check_searcher_fits, find_retrieval, fit_beam_sizes, save_open_qa
 from ..modeling import RealmForOpenQA
 from ..retrieval.block_records import iter_record_texts, record_text
@@ -1074,9 +1074,11 @@ def _question_coverage(inputs, reader_input_ids, block_mask, ignored: torch.Tens
     return torch.where(counted > 0, found / counted.clamp(min=1), torch.ones_like(found, dtype=torch.float))
 
 
-# Of the plain features, those computed again among the spans of the kind asked for (log_kind_span_probability,
-# kind_margin, log_kind_answer_probability), in CALIBRATION_FEATURES order.
-KIND_FEATURE_COLUMNS = (0, 2, 6)
+# Of the plain features, those computed again among the spans of the kind asked for, as the features that follow them
+# in CALIBRATION_FEATURES (log_kind_span_probability, kind_margin, log_kind_answer_probability).
+KIND_FEATURE_COLUMNS = tuple(
+    CALIBRATION_FEATURES.index(name) for name in ("log_span_probability", "margin", "log_answer_probability")
+)
 
 
 def _confidence_features(
