@@ -50,7 +50,8 @@ CALIBRATION_FEATURES = (
     "question_coverage",  # share of the question's content wordpieces that occur in the answer's block
     "log_answer_probability",  # log of the summed probability of every span read with the answer's wordpieces
     "question_idf_coverage",  # share of the question's words, weighted by rarity in the corpus, in the answer's block
-    # The first three again among the spans of the kind the question asks for, where the pipeline's rules restrict it
+    # The span probability, margin and answer probability again, among the spans of the kind the question asks for,
+    # where the pipeline's rules restrict it
     # (a number, a year, a name): "In which year did the Titanic sink?" "1912" is unlikely among all spans and likely
     # among the years. The same as the plain ones where no rule applies.
     "log_kind_span_probability",

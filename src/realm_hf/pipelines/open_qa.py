@@ -359,13 +359,11 @@ class OpenQAPipeline(Pipeline):
         best = order[:, :top_k]  # (B, k)
         block_index, candidate = best // num_candidates, best % num_candidates
         pool = order[:, : max(top_k, ANSWER_POOL)]
-        # Among the spans of the kind asked for (where a rule demoted the others): the same numbers, renormalised.
-        kind_logits = logits.masked_fill(demoted.view(batch_size, -1), float("-inf"))
-        kind_probabilities = kind_logits.softmax(dim=-1)
         coverage = _question_coverage(inputs, spans.reader_input_ids, spans.block_mask, self._ignored_ids())
         idf_coverages = self._idf_coverage(inputs["input_ids"], spans.retrieved_block_ids[:, :num_read], idf_coverage)
-        features = [
-            _confidence_features(
+
+        def features(span_logits, span_probabilities) -> torch.Tensor:
+            return _confidence_features(
                 span_logits,
                 span_probabilities,
                 best,
@@ -376,12 +374,16 @@ class OpenQAPipeline(Pipeline):
                 _answer_probabilities(span_probabilities, pool, spans, num_candidates)[:, :top_k],  # (B, k)
                 idf_coverages,
             )
-            for span_logits, span_probabilities in ((logits, probabilities), (kind_logits, kind_probabilities))
-        ]
+
+        plain = features(logits, probabilities)
+        kind = plain  # where no rule demoted a span, the spans of the kind asked for are all of them
+        if bool(demoted.any()):  # among those spans: the same numbers, renormalised
+            kind_logits = logits.masked_fill(demoted.view(batch_size, -1), float("-inf"))
+            kind = features(kind_logits, kind_logits.softmax(dim=-1))
         # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
         return {
             "scores": probabilities.gather(1, best),  # (B, k)
-            "features": torch.cat([features[0], features[1][..., list(KIND_FEATURE_COLUMNS)]], dim=-1),
+            "features": torch.cat([plain, kind[..., list(KIND_FEATURE_COLUMNS)]], dim=-1),
             "valid": span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
             "start_token": spans.candidate_starts[candidate],  # (B, k), in the reader input
