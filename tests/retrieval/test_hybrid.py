@@ -103,6 +103,32 @@ def test_a_bm25_weight_adds_the_normalised_bm25_score_to_the_relevance(searchers
         HybridSearcher(dense, bm25, bm25_weight=float("nan"))
 
 
+def test_num_read_takes_the_bm25_share_of_the_blocks_read_first(searchers):
+    """Training as served: `k` blocks for the retriever's loss, of which the first `num_read` are the union the model
+    reads when it serves with `k = num_read`, then the next dense blocks."""
+    dense, bm25, queries = searchers
+    served = HybridSearcher(dense, bm25, bm25_fraction=0.4)
+    training = HybridSearcher(dense, bm25, bm25_fraction=0.4, num_read=3)
+    with served.query_texts(QUESTIONS), training.query_texts(QUESTIONS):
+        read = served.search(queries, 3)
+        scores, ids = training.search(queries, 7)
+        assert all(torch.equal(a, b) for a, b in zip(training.search(queries, 3), read, strict=True))
+    exact_scores, exact_ids = dense.search(queries, len(TEXTS))
+    for row in range(2):
+        assert ids[row, :3].tolist() == read.ids[row].tolist()  # what the reader reads: the served union, best first
+        rest = [block for block in exact_ids[row].tolist() if block not in read.ids[row].tolist()][:4]
+        assert ids[row, 3:].tolist() == rest  # then the next dense blocks, best first
+        assert len(set(ids[row].tolist())) == 7
+        exact = dict(zip(exact_ids[row].tolist(), exact_scores[row].tolist(), strict=True))
+        assert scores[row].tolist() == pytest.approx([exact[block] for block in ids[row].tolist()], rel=1e-5)
+    # without num_read, 7 blocks give BM25 round(0.4 * 7) = 3 slots, not 1 of the first 3
+    with served.query_texts(QUESTIONS):
+        assert served.search(queries, 7).ids.tolist() != ids.tolist()
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="num_read"):
+            HybridSearcher(dense, bm25, num_read=bad)
+
+
 def test_searcher_settings_keep_the_bm25_weight(searchers, tmp_path):
     from realm_hf.errors import FileFormatError
     from realm_hf.retrieval.hybrid import load_searcher_settings, save_searcher_settings, with_searcher_settings

@@ -123,6 +123,39 @@ def test_training_updates_question_encoder_and_reader_only_and_keeps_the_best_ch
     assert logged and all("retriever_loss" in entry and "reader_loss" in entry for entry in logged)
 
 
+def test_training_reads_the_hybrid_candidates_it_is_served_with(demo_dir, tmp_path):
+    """With a `HybridSearcher` (as `realm-hf train --searcher hybrid` sets), the trainer tells it the questions, the
+    reader reads the served union (BM25's best block among the first R) and the retriever's loss sees all K."""
+    pytest.importorskip("bm25s")
+    from realm_hf.retrieval.hybrid import hybrid_searcher_for
+
+    model, tokenizer = _load(demo_dir, tmp_path)
+    num_read, num_retrieved = model.config.reader_beam_size, model.config.searcher_beam_size
+    model.searcher = hybrid_searcher_for(model, bm25_fraction=0.34, num_read=num_read)  # 1 of the 3 read is BM25's
+    args = orqa_training_arguments(str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4,
+                                   disable_tqdm=True)  # fmt: skip
+    trainer = OpenQATrainer(model=model, args=args, train_dataset=TRAIN, eval_dataset=TRAIN,
+                            data_collator=OpenQACollator(tokenizer))  # fmt: skip
+    inputs = trainer.data_collator(TRAIN)
+    model.train()
+    loss, outputs = trainer.compute_loss(model, inputs, return_outputs=True)
+    assert torch.isfinite(loss)
+    ids = outputs.retrieved_block_ids
+    assert ids.shape == (len(TRAIN), num_retrieved)
+    questions = [row["question"] for row in TRAIN]
+    bm25_best = model.searcher.bm25.search_text(questions, num_read).ids
+    dense_ids = model.searcher.dense.search(model.embedder(**{key: inputs[key] for key in ("input_ids",
+                                            "attention_mask", "token_type_ids")}).projected_score.detach(),
+                                            num_retrieved).ids  # fmt: skip
+    for row in range(len(TRAIN)):
+        read = ids[row, :num_read].tolist()
+        served_dense = dense_ids[row, : num_read - 1].tolist()
+        assert set(served_dense) <= set(read)
+        assert [block for block in bm25_best[row].tolist() if block not in served_dense][0] in read
+        assert set(ids[row].tolist()) <= set(dense_ids[row].tolist()) | set(read)  # the rest are dense
+    assert len(trainer.answer(TRAIN)) == len(TRAIN)  # evaluation searches the same way (texts given)
+
+
 def test_orqa_settings_and_step_arithmetic(tmp_path):
     assert [orqa_warmup_steps(n) for n in (5, 50, 500, 5_000, 200_000)] == [1, 5, 50, 500, 10_000]
     args = orqa_training_arguments(str(tmp_path), max_steps=3000)
@@ -227,6 +260,25 @@ def test_cli_train_over_an_index_smaller_than_the_search_beam(demo_dir, tmp_path
                  "--output-dir", str(tmp_path / "out"), "--max-steps", "1", "--batch-size", "1"]) == 0  # fmt: skip
     trained = RealmForOpenQA.from_pretrained(tmp_path / "out")
     assert trained.config.searcher_beam_size == 5
+
+
+def test_cli_train_on_hybrid_candidates(demo_dir, tmp_path, capsys):
+    pytest.importorskip("bm25s")
+    from realm_hf.cli.main import main
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in TRAIN))
+    common = ["train", "--model", str(demo_dir), "--train-file", str(data), "--output-dir", str(tmp_path / "out"),
+              "--batch-size", "2", "--searcher", "hybrid", "--bm25-fraction", "0.34"]  # fmt: skip
+    assert main([*common, "--max-steps", "1", "--save-steps", "1"]) == 0
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["searcher"] == "hybrid, bm25_fraction 0.34"
+    # resuming on dense candidates would change what the run reads: refused, with what changed
+    dense = [flag for flag in common if flag not in ("--searcher", "hybrid", "--bm25-fraction", "0.34")]
+    assert main([*dense, "--max-steps", "2"]) == 2
+    assert "a run on other candidates (searcher changed)" in capsys.readouterr().err
+    assert main([*common, "--max-steps", "2"]) == 0
+    assert json.loads((tmp_path / "out" / "train_results.json").read_text())["global_step"] == 2
 
 
 def test_cli_train_names_the_missing_documents(demo_dir, tmp_path, capsys):

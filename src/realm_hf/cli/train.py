@@ -16,6 +16,7 @@ from .arguments import (
     model_location,
     positive_float,
     positive_int,
+    unit_interval,
 )
 
 HELP = """\
@@ -230,6 +231,13 @@ def cmd_train(args) -> int:
     model = RealmForOpenQA.from_pretrained(args.model, retriever=retriever, searcher=searcher, dtype=torch.float32,
                                            **config_overrides)  # fmt: skip
     fit_beam_sizes(model)  # an index of fewer blocks than searcher_beam_size (5000): all of them, with a warning
+    if args.searcher == "hybrid":
+        from realm_hf.retrieval.hybrid import hybrid_searcher_for
+
+        # Trained as it is served: the blocks read are the union of dense and BM25 candidates, and the retriever's
+        # loss still sees searcher_beam_size blocks (the rest dense).
+        model.searcher = hybrid_searcher_for(model, bm25_fraction=args.bm25_fraction,
+                                             num_read=model.config.reader_beam_size)  # fmt: skip
     if args.freeze_word_embeddings:
         freeze_word_embeddings(model)
     trainer = OpenQATrainer(
@@ -278,14 +286,16 @@ def _run_key(args) -> dict:
             return None
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
-    if args.dataset is not None:
-        return {"dataset": args.dataset, "train_split": args.train_split}
-    return {"train_file": digest(args.train_file)}
+    key = ({"dataset": args.dataset, "train_split": args.train_split} if args.dataset is not None
+           else {"train_file": digest(args.train_file)})  # fmt: skip
+    if args.searcher == "hybrid":  # (dense runs keep the key they had before --searcher existed)
+        key["searcher"] = f"hybrid, bm25_fraction {args.bm25_fraction:g}"
+    return key
 
 
 def _check_same_run(output: Path, run_key: dict) -> None:
-    """Raises `UsageError` where OUT's checkpoints belong to a run on other questions (resuming it would go on with
-    the old run's data order and optimizer state as if the new questions were the old)."""
+    """Raises `UsageError` where OUT's checkpoints belong to a run on other questions or candidates (resuming it would
+    go on with the old run's data order and optimizer state as if the new questions were the old)."""
     from realm_hf.errors import UsageError
 
     stored = _stored_key(output / RUN_KEY_FILE)
@@ -293,7 +303,8 @@ def _check_same_run(output: Path, run_key: dict) -> None:
         return  # a run from before run.json was written: nothing to compare with
     if stored != run_key:
         changed = ", ".join(key for key in sorted(set(stored) | set(run_key)) if stored.get(key) != run_key.get(key))
-        raise UsageError(f"--output-dir {output} holds checkpoints of a run on other questions ({changed} changed): "
+        what = "other candidates" if set(changed.split(", ")) == {"searcher"} else "other questions"
+        raise UsageError(f"--output-dir {output} holds checkpoints of a run on {what} ({changed} changed): "
                          "rerun with the same files to resume it, add --no-resume to start afresh there, or choose "
                          "another --output-dir")  # fmt: skip
 
@@ -394,6 +405,17 @@ def add_parser(subparsers) -> None:
     train.add_argument("--searcher-beam-size", type=positive_int, help="blocks retrieved per training question "
                                                                        "(default: the model's, 5000 for Hub models)")  # fmt: skip
     train.add_argument("--reader-beam-size", type=positive_int, help="blocks read per question (default: the model's)")
+    train.add_argument("--searcher", choices=("dense", "hybrid"), default="dense",
+                       help="which blocks are read in training: the model's dense search, or (hybrid) the union of "
+                            "dense and BM25 candidates that `realm-hf ask` reads for a model whose searcher.json says "
+                            "hybrid, so that the question encoder learns to weigh up the right blocks BM25 brings in "
+                            "(default: dense)")  # fmt: skip
+    train.add_argument(
+        "--bm25-fraction",
+        type=unit_interval,
+        default=0.4,
+        help="with --searcher hybrid: share of the blocks read that BM25 chooses (default: 0.4, 2 of 5)",
+    )
     train.add_argument("--max-question-length", type=positive_int, default=64, help="wordpieces per question")
     train.add_argument("--max-block-length", type=positive_int, default=288, help="wordpieces kept per block")
     train.add_argument(

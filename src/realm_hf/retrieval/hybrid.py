@@ -69,6 +69,11 @@ class HybridSearcher:
             candidate outside BM25's top `k`). 0 leaves the model's relevance alone; with a weight, a block that BM25
             finds but the dense retriever ranks low is both read and weighed up in REALM's marginal over the blocks
             read. `RealmForOpenQA` adds the same term to its retrieval logits ([`search_with_bias`]).
+        num_read (`int`, *optional*): for training as the model is served. `RealmForOpenQA` in training retrieves
+            `searcher_beam_size` blocks (e.g. 5000, for the retriever's loss) and reads the first `reader_beam_size`
+            (e.g. 5). With `num_read` set and `k > num_read`, the BM25 share is taken of the first `num_read` blocks
+            (the union the model reads when it serves with `k = num_read`), which come first, best first, followed by
+            the next best dense blocks, best first. Unset (or `k <= num_read`), the BM25 share is of all `k`.
 
     Example:
 
@@ -79,7 +84,10 @@ class HybridSearcher:
     ```
     """
 
-    def __init__(self, dense: Searcher, bm25, bm25_fraction: float = 0.4, bm25_weight: float = 0.0):
+    def __init__(self, dense: Searcher, bm25, bm25_fraction: float = 0.4, bm25_weight: float = 0.0,
+                 num_read: int | None = None):  # fmt: skip
+        if num_read is not None and (isinstance(num_read, bool) or not isinstance(num_read, int) or num_read < 1):
+            raise ValueError(f"num_read must be a positive number of blocks or None, received {num_read!r}")
         if not 0.0 <= bm25_fraction <= 1.0:
             raise ValueError(f"bm25_fraction must lie in [0, 1], received {bm25_fraction}")
         if not (np.isfinite(bm25_weight) and bm25_weight >= 0.0):
@@ -95,6 +103,7 @@ class HybridSearcher:
         self.bm25 = bm25
         self.bm25_fraction = float(bm25_fraction)
         self.bm25_weight = float(bm25_weight)
+        self.num_read = num_read
         self.dim = dense.dim
         self._texts: list[str] | None = None
 
@@ -146,19 +155,31 @@ class HybridSearcher:
                 f"{received}: search inside `with searcher.query_texts(questions):`"
             )
         k = min(k, self.num_blocks)
+        # Training as served: the BM25 share is of the blocks read, and the rest of the k are dense.
+        read = self.num_read if self.num_read is not None and self.num_read < k else k
+        num_bm25 = self.num_bm25(read)
         dense_ids = torch.as_tensor(self.dense.search(queries, k).ids).cpu()
-        found = self.bm25.search_text(self._texts, k)
+        # BM25's best `read` always hold `num_bm25` blocks outside the dense share (at most `read - num_bm25` overlap)
+        found = self.bm25.search_text(self._texts, read)
         bm25_ids, bm25_scores = torch.as_tensor(found.ids).cpu(), torch.as_tensor(found.scores).float().cpu()
         ids = torch.empty((queries.shape[0], k), dtype=torch.long)
         bias = torch.zeros((queries.shape[0], k), dtype=torch.float32)
         for row in range(queries.shape[0]):
-            ids[row] = torch.tensor(_union(dense_ids[row].tolist(), bm25_ids[row].tolist(), k, num_bm25))
+            dense_row = dense_ids[row].tolist()
+            chosen = _union(dense_row, bm25_ids[row].tolist(), read, num_bm25)
+            if read < k:
+                taken = set(chosen)
+                chosen += [block for block in dense_row if block >= 0 and block not in taken][: k - read]
+            ids[row] = torch.tensor(chosen)
             if self.bm25_weight:
                 bias[row] = _bm25_term(ids[row], bm25_ids[row], bm25_scores[row], self.bm25_weight)
         embeddings = torch.as_tensor(self.dense.embeddings(ids)).float().cpu()  # (Q, k, D)
         scores = torch.einsum("qd,qkd->qk", queries.cpu(), embeddings) + bias
-        # Best first; among equal scores the lower id (the SearchResult convention).
-        order = torch.from_numpy(np.lexsort((ids.numpy(), -scores.numpy()), axis=-1))
+        # Best first (the blocks read first, then the rest); among equal scores the lower id (the SearchResult
+        # convention).
+        group = torch.zeros_like(ids)
+        group[:, read:] = 1
+        order = torch.from_numpy(np.lexsort((ids.numpy(), -scores.numpy(), group.numpy()), axis=-1))
         return SearchResult(scores=scores.gather(1, order), ids=ids.gather(1, order)), bias.gather(1, order)
 
     def embeddings(self, ids: torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -167,7 +188,7 @@ class HybridSearcher:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(dense={self.dense!r}, bm25={self.bm25!r}, bm25_fraction={self.bm25_fraction}, "
-            f"bm25_weight={self.bm25_weight})"
+            f"bm25_weight={self.bm25_weight}, num_read={self.num_read})"
         )
 
 
@@ -202,7 +223,8 @@ def _union(dense: list[int], bm25: list[int], k: int, num_bm25: int) -> list[int
     return chosen
 
 
-def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None, bm25_weight: float = 0.0) -> HybridSearcher:
+def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None, bm25_weight: float = 0.0,
+                        num_read: int | None = None) -> HybridSearcher:  # fmt: skip
     """A [`HybridSearcher`] for a loaded `RealmForOpenQA`: its searcher (or its in-model `block_emb`) plus BM25 over
     its retriever's block texts (titles included, as the reader sees them). Set it with `model.searcher = ...`.
 
@@ -211,6 +233,7 @@ def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None, bm25_weigh
         bm25_fraction (`float`, *optional*, defaults to 0.4): see [`HybridSearcher`].
         bm25 (*optional*): a ready BM25 searcher over the same blocks; built (seconds for 50k blocks) if not given.
         bm25_weight (`float`, *optional*, defaults to 0): see [`HybridSearcher`].
+        num_read (`int`, *optional*): see [`HybridSearcher`]; `model.config.reader_beam_size` to train as served.
     """
     from .torch_search import ExactSearcher
 
@@ -224,7 +247,7 @@ def hybrid_searcher_for(model, bm25_fraction: float = 0.4, bm25=None, bm25_weigh
         dense = ExactSearcher(block_emb.detach().float())
     if bm25 is None:
         bm25 = bm25_for_records(model.retriever.block_records)
-    return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction, bm25_weight=bm25_weight)
+    return HybridSearcher(dense, bm25, bm25_fraction=bm25_fraction, bm25_weight=bm25_weight, num_read=num_read)
 
 
 def searching_for(searcher, tokenizer, input_ids: torch.Tensor):

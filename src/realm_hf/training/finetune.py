@@ -31,6 +31,7 @@ from transformers.utils import logging
 
 from ..evaluation.metrics import exact_match, f1_score
 from ..precision import resolve_precision
+from ..retrieval.hybrid import searching_for
 from .trainer_files import JsonTrainingArgumentsMixin
 
 logger = logging.get_logger(__name__)
@@ -236,12 +237,19 @@ class OpenQATrainer(JsonTrainingArgumentsMixin, Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if "answer_ids" not in inputs:
             raise ValueError("training needs answers: the batch holds no 'answer_ids' (use OpenQACollator).")
-        outputs = model(**inputs, return_dict=True)
+        with self._searching(inputs["input_ids"]):
+            outputs = model(**inputs, return_dict=True)
         reader_output = outputs.reader_output
         if model.training:
             self._running["retriever_loss"].append(float(reader_output.retriever_loss.detach().float().mean()))
             self._running["reader_loss"].append(float(reader_output.reader_loss.detach().float().mean()))
         return (reader_output.loss, outputs) if return_outputs else reader_output.loss
+
+    def _searching(self, input_ids: torch.Tensor):
+        """The context of a forward pass on `input_ids`: a searcher that reads question texts (a `HybridSearcher`,
+        for BM25) is told them, as the pipeline does when it serves."""
+        searcher = getattr(self.accelerator.unwrap_model(self.model), "searcher", None)
+        return searching_for(searcher, self.data_collator.tokenizer, input_ids)
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         if "loss" in logs:
@@ -267,7 +275,8 @@ class OpenQATrainer(JsonTrainingArgumentsMixin, Trainer):
                 with_answers = all(row.get("answers") is not None or row.get("answer") is not None for row in chunk)
                 collator = OpenQACollator(tokenizer, self.data_collator.max_question_length, with_answers)
                 inputs = {key: value.to(model.device) for key, value in collator(chunk).items()}
-                outputs = model(**inputs, return_dict=True)
+                with self._searching(inputs["input_ids"]):
+                    outputs = model(**inputs, return_dict=True)
                 predicted = outputs.predicted_answer_ids
                 predicted = [predicted] if isinstance(predicted, torch.Tensor) else predicted
                 reader_output = outputs.reader_output
