@@ -24,7 +24,8 @@ expected timings of each stage on a 2-core CPU: docs/default-model.md.
 8. finetune_realm  the same fine-tuning from the REALM-pretrained question encoder, encoder (as the reader) and index.
    finetune_realm_reader  the same with the pretrained encoder as the reader only (ICT's question encoder and index).
 9. evaluate        both fine-tuned models on every dev set (and the factbook test), against BM25 + the same reader and
-                   mean-pooled MiniLM; a sign test of with vs without pretraining; writes results.json.
+                   mean-pooled MiniLM, each read from its dense search and from the hybrid candidates it is served
+                   with; a sign test of with vs without pretraining; writes results.json.
 10. export         the better of the two on dev (or --ship) as fp16 safetensors + fp16 index + model card, into
                    --output-dir.
 11. calibrate      the exported model's calibrated confidence and abstention threshold (calibration.json), the
@@ -35,6 +36,7 @@ Nothing here is specific to the default model: the same stages train REALM/ORQA 
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -283,7 +285,7 @@ def _finetune(args, name: str, embedder_dir: Path | None, reader_from: str | Non
         "--max-block-length", str(args.block_length), "--max-question-length", "32", "--seed", str(args.seed),
         "--logging-steps", "10", "--freeze-word-embeddings", "--warmup-steps", str(args.warmup_steps),
         *(["--max-steps", str(args.max_steps)] if args.max_steps else ["--num-epochs", str(args.epochs)]),
-        "--precision", precision or args.precision,
+        "--precision", precision or args.precision, "--searcher", args.train_searcher,
     ])  # fmt: skip
     if code != 0:
         raise SystemExit(f"realm-hf train failed with exit code {code}")
@@ -406,19 +408,26 @@ def load_finetuned(args, arm: str):
     return model.eval(), tokenizer, store
 
 
+@contextlib.contextmanager
+def _with_searcher(model, searcher=None):
+    """`model` searching with `searcher` inside the block (None: its own)."""
+    own = model.searcher
+    model.searcher = own if searcher is None else searcher
+    try:
+        yield model
+    finally:
+        model.searcher = own
+
+
 @torch.no_grad()
 def read_answers(model, tokenizer, questions: list[str], searcher=None, batch_size: int = 16) -> list[str]:
     """The best answer to each question as the "open-qa" pipeline gives it to users (spans that only repeat the
     question left out), reading the blocks of `searcher` (default: the model's own)."""
     from transformers import pipeline
 
-    own = model.searcher
-    model.searcher = own if searcher is None else searcher
-    try:
+    with _with_searcher(model, searcher):
         open_qa = pipeline("open-qa", model=model, tokenizer=tokenizer, retriever=model.retriever, device="cpu")
         return [answer["answer"] for answer in open_qa(questions, batch_size=batch_size)]
-    finally:
-        model.searcher = own
 
 
 @torch.no_grad()
@@ -549,6 +558,15 @@ def stage_evaluate(args) -> None:
             dense_ids = RealmOpenQASystem(model, batch_size=64).retrieve_ids(questions, max(ks))
             bm25_ids = bm25.search_text(questions, max(ks)).ids
             candidates, searchers = {arm: dense_ids}, {arm: None}
+            # The candidates the model is served with (the exported searcher.json: 3 dense + 2 BM25 of the 5 read,
+            # weighed by the model); for recall@k the served 5 come first, then the next dense blocks.
+            served = HybridSearcher(model.searcher, bm25, bm25_fraction=args.served_bm25_fraction,
+                                    num_read=model.config.reader_beam_size)  # fmt: skip
+            with _with_searcher(model, served):
+                candidates[f"hybrid ({arm})"] = RealmOpenQASystem(model, batch_size=64).retrieve_ids(
+                    questions, max(ks)
+                )
+            searchers[f"hybrid ({arm})"] = served
             # Another retriever's blocks, read and weighed by the same model: a hybrid searcher whose blocks all come
             # from that retriever.
             if not args.no_baselines:
@@ -561,12 +579,13 @@ def stage_evaluate(args) -> None:
                 passages = [store.block_texts(row.tolist()) for row in torch.as_tensor(ids)]
                 recall = answer_recall_at_k(passages, answers, ks=ks)
                 metrics = {f"recall@{k}": value for k, value in recall.items()}
-                if system == arm or arm != "before":  # the baselines read by the model it started from add nothing
+                # the baselines read by the model it started from add nothing
+                if system in (arm, f"hybrid ({arm})") or arm != "before":
                     predictions = read_answers(model, tokenizer, questions, searchers[system])
                     scores = [exact_match(p, a) for p, a in zip(predictions, answers, strict=True)]
                     metrics["exact_match"] = sum(scores) / len(scores)
-                    if system == arm:
-                        per_question.setdefault(arm, {})[name] = scores
+                    if system in (arm, f"hybrid ({arm})"):
+                        per_question.setdefault(system, {})[name] = scores
                         if all("relation" in row for row in rows):
                             metrics["exact_match_by_relation"] = by_relation(rows, scores)
                 systems[system] = metrics
@@ -577,8 +596,9 @@ def stage_evaluate(args) -> None:
     for key, new, old in (("pretraining_ablation", "finetune_realm", "finetune"),
                           ("pretrained_reader_ablation", "finetune_realm_reader", "finetune"),
                           ("bf16_vs_fp32", "finetune", "finetune_fp32"),
-                          ("continued_vs_before", "finetune_continued", "before")):  # fmt: skip
-        if {new, old} <= set(arms):
+                          ("continued_vs_before", "finetune_continued", "before"),
+                          ("continued_vs_before_served", "hybrid (finetune_continued)", "hybrid (before)")):  # fmt: skip
+        if {new, old} <= set(per_question):
             results[key] = {name: paired(per_question[new][name], per_question[old][name]) for name in sets}
     _write_json(target, results)
 
@@ -786,6 +806,20 @@ def main(argv=None) -> None:
         type=Path,
         default=Path("models/realm-minilm-factbook"),
         help="the open-QA model finetune_continued starts from (copied into the work dir first)",
+    )
+    parser.add_argument(
+        "--served-bm25-fraction",
+        type=float,
+        default=0.4,
+        help="the evaluate stage also reads each arm's hybrid candidates (as realm-hf ask serves the shipped model) "
+        "with this share of BM25 blocks (default: 0.4, 2 of 5)",
+    )
+    parser.add_argument(
+        "--train-searcher",
+        choices=("dense", "hybrid"),
+        default="dense",
+        help="the blocks the fine-tuning stages read (realm-hf train --searcher): dense, or the hybrid candidates "
+        "the shipped model is served with (default: dense)",
     )
     parser.add_argument("--pretrain-steps", type=int, default=300, help="about 2 hours on 2 CPU cores; more on a GPU")
     parser.add_argument("--pretrain-batch-size", type=int, default=8)
