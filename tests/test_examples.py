@@ -1,5 +1,6 @@
 """Every example runs offline as documented."""
 
+import json
 import os
 import subprocess
 import sys
@@ -34,3 +35,23 @@ def test_build_index_example_on_the_offline_corpus(tmp_path):
         pytest.skip(result.stderr.strip().splitlines()[-1])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "indexed 64 blocks" in result.stdout and "the index now holds 65 blocks" in result.stdout
+
+
+def test_compare_models_pairs_the_answers_of_two_models(tmp_path):
+    from realm_hf.demo import ensure_demo_model
+
+    model = ensure_demo_model(tmp_path / "demo")
+    questions = tmp_path / "people.jsonl"
+    questions.write_text(
+        json.dumps({"question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]}) + "\n"
+        + json.dumps({"question": "What is the capital of France?", "answers": ["Paris"]}) + "\n"
+        + json.dumps({"question": "Who is the CEO of my company?", "answers": []}) + "\n"
+    )  # fmt: skip
+    command = [sys.executable, "examples/compare_models.py", "--old", str(model), "--new", str(model), "--also",
+               str(questions), "--output", str(tmp_path / "answers.json")]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "people (2): EM" in result.stdout and "gained 0, lost 0, sign test p = 1" in result.stdout
+    answers = json.loads((tmp_path / "answers.json").read_text())["people"]
+    assert [row["old"] for row in answers] == [row["new"] for row in answers]  # the same model answers alike
+    assert [row["question"] for row in answers] == ["Who wrote Hamlet?", "What is the capital of France?"]

@@ -1,0 +1,104 @@
+"""Two open-QA models on the same questions, as `realm-hf ask` serves them: paired exact match and the answers that
+changed.
+
+    python examples/compare_models.py --old build/round5_shipped --new models/realm-minilm-factbook \
+        --questions build/round6/question_sources --split test --per-file 100 \
+        --also examples/trivia_questions.jsonl examples/everyday_questions.jsonl
+
+Each model is loaded as the one loader loads it (its own `searcher.json`: hybrid candidates for the default model)
+and reads the same questions: the first --per-file of each `<source>.<split>.jsonl` in --questions after a seeded
+shuffle (unanswerable rows left out), and every question of each --also file. Prints, per file, EM old -> new, the
+questions only one of them gets right and the two-sided sign test over those, then the answers that changed (+ gained,
+- lost); --output writes every answer as JSON.
+"""
+
+import argparse
+import json
+import math
+import random
+from pathlib import Path
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact binomial p-value of `wins` vs `losses` (ties dropped) under p = 1/2."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n)
+
+
+def question_files(args) -> dict[str, list[dict]]:
+    files = {}
+    if args.questions is not None:
+        for path in sorted(args.questions.glob(f"*.{args.split}.jsonl")):
+            rows = [row for row in read_jsonl(path) if row.get("answers")]
+            if rows:  # (the unanswerable source has no answers to compare)
+                random.Random(args.seed).shuffle(rows)
+                files[path.name.split(".")[0]] = rows[: args.per_file]
+    for path in args.also:
+        rows = [row for row in read_jsonl(path) if row.get("answers")]
+        if not rows:
+            raise SystemExit(f"--also {path}: expected rows with 'answers', found none")
+        files[path.stem] = rows
+    if not files:
+        raise SystemExit(f"no questions: expected --questions DIR with *.{args.split}.jsonl files, or --also FILE")
+    return files
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def answers_of(model_dir: Path, files: dict[str, list[dict]], batch_size: int) -> dict[str, list[dict]]:
+    from transformers import pipeline
+
+    from realm_hf.default_model import load_open_qa
+
+    model, retriever = load_open_qa(model_dir)
+    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
+    return {name: open_qa([row["question"] for row in rows], batch_size=batch_size) for name, rows in files.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--old", type=Path, required=True, help="the open-QA model directory to compare against")
+    parser.add_argument("--new", type=Path, required=True, help="the open-QA model directory compared")
+    parser.add_argument("--questions", type=Path, help="a question-sources directory (<source>.<split>.jsonl files)")
+    parser.add_argument("--split", default="dev", help="which split of --questions (default: dev)")
+    parser.add_argument("--per-file", type=int, default=100, help="questions per --questions file (default: 100)")
+    parser.add_argument("--also", type=Path, nargs="*", default=[], help="more question files, read whole")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--output", type=Path, help="write every answer of both models here (JSON)")
+    args = parser.parse_args(argv)
+
+    from realm_hf.evaluation.metrics import exact_match
+
+    files = question_files(args)
+    old, new = answers_of(args.old, files, args.batch_size), answers_of(args.new, files, args.batch_size)
+    total_wins = total_losses = 0
+    report = {}
+    for name, rows in files.items():
+        right_old = [exact_match(answer["answer"], row["answers"]) == 1.0 for row, answer in zip(rows, old[name])]
+        right_new = [exact_match(answer["answer"], row["answers"]) == 1.0 for row, answer in zip(rows, new[name])]
+        wins = sum(b and not a for a, b in zip(right_old, right_new))
+        losses = sum(a and not b for a, b in zip(right_old, right_new))
+        total_wins, total_losses = total_wins + wins, total_losses + losses
+        print(f"{name} ({len(rows)}): EM {sum(right_old) / len(rows):.3f} -> {sum(right_new) / len(rows):.3f}, "
+              f"gained {wins}, lost {losses}, sign test p = {sign_test(wins, losses):.2g}")  # fmt: skip
+        report[name] = []
+        for row, a, b, was, now in zip(rows, old[name], new[name], right_old, right_new):
+            report[name].append({"question": row["question"], "answers": row["answers"], "old": a["answer"],
+                                 "new": b["answer"], "old_abstained": a.get("abstained"),
+                                 "new_abstained": b.get("abstained")})  # fmt: skip
+            if a["answer"] != b["answer"]:
+                mark = "+" if now and not was else "-" if was and not now else " "
+                print(f"  {mark} {row['question']} | {a['answer']} -> {b['answer']} | {row['answers'][0]}")
+    print(f"all: gained {total_wins}, lost {total_losses}, sign test p = {sign_test(total_wins, total_losses):.2g}")
+    if args.output is not None:
+        args.output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
