@@ -280,6 +280,22 @@ def test_cli_train_on_hybrid_candidates(demo_dir, tmp_path, capsys):
     assert main([*common, "--max-steps", "2"]) == 0
     assert json.loads((tmp_path / "out" / "train_results.json").read_text())["global_step"] == 2
 
+    # A model served hybrid candidates (its searcher.json) is trained on them without being told, and says so
+    import shutil
+
+    served = tmp_path / "served"
+    shutil.copytree(demo_dir, served)
+    (served / "searcher.json").write_text(json.dumps({"searcher": "hybrid", "bm25_fraction": 0.34}))
+    capsys.readouterr()
+    assert main(["train", "--model", str(served), "--train-file", str(data), "--output-dir", str(tmp_path / "own"),
+                 "--batch-size", "2", "--max-steps", "1"]) == 0  # fmt: skip
+    assert "training reads hybrid candidates, as" in capsys.readouterr().err
+    assert json.loads((tmp_path / "own" / "run.json").read_text())["searcher"] == "hybrid, bm25_fraction 0.34"
+    assert json.loads((tmp_path / "own" / "searcher.json").read_text())["searcher"] == "hybrid"  # served alike
+    assert main(["train", "--model", str(served), "--train-file", str(data), "--output-dir", str(tmp_path / "dense"),
+                 "--batch-size", "2", "--max-steps", "1", "--searcher", "dense"]) == 0  # fmt: skip
+    assert "searcher" not in json.loads((tmp_path / "dense" / "run.json").read_text())
+
 
 def test_cli_train_names_the_missing_documents(demo_dir, tmp_path, capsys):
     import shutil

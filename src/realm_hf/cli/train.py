@@ -196,6 +196,7 @@ def cmd_train(args) -> int:
         print(f"realm-hf train: error: could not read the questions: {error}", file=sys.stderr)
         return 1
 
+    _choose_candidates(args)
     run_key = _run_key(args)
     if not args.no_resume and any(output.glob("checkpoint-*")):
         _check_same_run(output, run_key)
@@ -236,7 +237,7 @@ def cmd_train(args) -> int:
 
         # Trained as it is served: the blocks read are the union of dense and BM25 candidates, and the retriever's
         # loss still sees searcher_beam_size blocks (the rest dense).
-        model.searcher = hybrid_searcher_for(model, bm25_fraction=args.bm25_fraction,
+        model.searcher = hybrid_searcher_for(model, bm25_fraction=args.bm25_fraction, bm25_weight=args.bm25_weight,
                                              num_read=model.config.reader_beam_size)  # fmt: skip
     if args.freeze_word_embeddings:
         freeze_word_embeddings(model)
@@ -289,8 +290,29 @@ def _run_key(args) -> dict:
     key = ({"dataset": args.dataset, "train_split": args.train_split} if args.dataset is not None
            else {"train_file": digest(args.train_file)})  # fmt: skip
     if args.searcher == "hybrid":  # (dense runs keep the key they had before --searcher existed)
-        key["searcher"] = f"hybrid, bm25_fraction {args.bm25_fraction:g}"
+        key["searcher"] = f"hybrid, bm25_fraction {args.bm25_fraction:g}" + (
+            f", bm25_weight {args.bm25_weight:g}" if args.bm25_weight else ""
+        )
     return key
+
+
+def _choose_candidates(args) -> None:
+    """Which blocks training reads: `--searcher` / `--bm25-fraction`, else what the model is served with (its
+    `searcher.json`, as `realm-hf ask` reads it: hybrid for the default model), else its dense search."""
+    from realm_hf.retrieval.hybrid import load_searcher_settings
+
+    settings = load_searcher_settings(args.model) if Path(args.model).is_dir() else None
+    own = settings if settings is not None and settings["searcher"] == "hybrid" else None
+    chosen_here = args.searcher is not None
+    if args.searcher is None:
+        args.searcher = "hybrid" if own is not None else "dense"
+    args.bm25_weight = own["bm25_weight"] if own is not None else 0.0
+    if args.bm25_fraction is None:
+        args.bm25_fraction = own["bm25_fraction"] if own is not None else 0.4
+    if args.searcher == "hybrid" and not chosen_here:
+        print(f"note: training reads hybrid candidates, as {args.model} is served (its searcher.json: BM25 chooses "
+              f"{args.bm25_fraction:g} of the blocks read); --searcher dense reads its dense search alone",
+              file=sys.stderr)  # fmt: skip
 
 
 def _check_same_run(output: Path, run_key: dict) -> None:
@@ -405,16 +427,17 @@ def add_parser(subparsers) -> None:
     train.add_argument("--searcher-beam-size", type=positive_int, help="blocks retrieved per training question "
                                                                        "(default: the model's, 5000 for Hub models)")  # fmt: skip
     train.add_argument("--reader-beam-size", type=positive_int, help="blocks read per question (default: the model's)")
-    train.add_argument("--searcher", choices=("dense", "hybrid"), default="dense",
+    train.add_argument("--searcher", choices=("dense", "hybrid"), default=None,
                        help="which blocks are read in training: the model's dense search, or (hybrid) the union of "
-                            "dense and BM25 candidates that `realm-hf ask` reads for a model whose searcher.json says "
-                            "hybrid, so that the question encoder learns to weigh up the right blocks BM25 brings in "
-                            "(default: dense)")  # fmt: skip
+                            "dense and BM25 candidates, so that the question encoder learns to weigh up the right "
+                            "blocks BM25 brings in (default: as the model is served, its searcher.json as `realm-hf "
+                            "ask` reads it: hybrid for the default model; dense without one)")  # fmt: skip
     train.add_argument(
         "--bm25-fraction",
         type=unit_interval,
-        default=0.4,
-        help="with --searcher hybrid: share of the blocks read that BM25 chooses (default: 0.4, 2 of 5)",
+        default=None,
+        help="with --searcher hybrid: share of the blocks read that BM25 chooses (default: the model's searcher.json, "
+        "else 0.4, 2 of 5)",
     )
     train.add_argument("--max-question-length", type=positive_int, default=64, help="wordpieces per question")
     train.add_argument("--max-block-length", type=positive_int, default=288, help="wordpieces kept per block")
