@@ -144,8 +144,11 @@ class HybridSearcher:
         if k < 1:
             raise ValueError(f"k must be a positive number of blocks, got {k}.")
         queries = as_query_matrix(query_embeddings, self.dim).detach().float()
-        num_bm25 = self.num_bm25(min(k, self.num_blocks))
-        if num_bm25 == 0 and self.bm25_weight == 0.0:
+        available = min(k, self.num_blocks)
+        # Training as served: the BM25 share is of the blocks read, and the rest of the k are dense.
+        read = self.num_read if self.num_read is not None and self.num_read < available else available
+        num_bm25 = self.num_bm25(read)
+        if num_bm25 == 0 and self.bm25_weight == 0.0:  # the dense search alone (padded to k as it pads)
             result = self.dense.search(queries, k)
             return result, torch.zeros(tuple(result.ids.shape), dtype=torch.float32, device=result.ids.device)
         if self._texts is None or len(self._texts) != queries.shape[0]:
@@ -154,10 +157,7 @@ class HybridSearcher:
                 f"HybridSearcher needs the question text of each of the {queries.shape[0]} queries for BM25, received "
                 f"{received}: search inside `with searcher.query_texts(questions):`"
             )
-        k = min(k, self.num_blocks)
-        # Training as served: the BM25 share is of the blocks read, and the rest of the k are dense.
-        read = self.num_read if self.num_read is not None and self.num_read < k else k
-        num_bm25 = self.num_bm25(read)
+        k = available
         dense_ids = torch.as_tensor(self.dense.search(queries, k).ids).cpu()
         # BM25's best `read` always hold `num_bm25` blocks outside the dense share (at most `read - num_bm25` overlap)
         found = self.bm25.search_text(self._texts, read)
