@@ -39,7 +39,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import random
 import subprocess
@@ -48,6 +47,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from realm_hf.evaluation.metrics import sign_test
 
 logger = logging.getLogger("build_default_model")
 
@@ -509,15 +510,6 @@ def paired(new: list[float], old: list[float]) -> dict:
     losses = sum(a < b for a, b in zip(new, old, strict=True))
     return {"new_em": sum(new) / len(new), "old_em": sum(old) / len(old), "wins": wins, "losses": losses,
             "sign_test_p": sign_test(wins, losses)}  # fmt: skip
-
-
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact binomial p-value of `wins` vs `losses` (ties dropped) under p = 1/2."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 def stage_evaluate(args) -> None:

@@ -26,13 +26,14 @@ from its last checkpoint):
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from realm_hf.evaluation.metrics import sign_test
 
 SECTIONS = ("Government/", "Geography/Elevation", "Economy/Exchange rates", "Communications/Internet country code",
             "Introduction/")  # fmt: skip
@@ -152,14 +153,6 @@ def _retrieve(embedder, tokenizer, index_dir: Path, store, questions: list[str],
                                                 return_tensors="pt")).projected_score
                            for i in range(0, len(questions), 64)])  # fmt: skip
     return [store.block_texts(row.tolist()) for row in searcher.search(query, k).ids]
-
-
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact sign test: how likely a split at least this uneven is if each system were as likely as the other
-    to be the one that finds a question's answer when only one does."""
-    trials = wins + losses
-    tail = sum(math.comb(trials, i) for i in range(min(wins, losses) + 1)) / 2**trials
-    return min(1.0, 2 * tail)
 
 
 def compare(passages: dict[str, list[list[str]]], answers: list, ks=(1, 5, 20), paired_k: int = 5) -> dict:

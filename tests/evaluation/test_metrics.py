@@ -1,5 +1,7 @@
 """Answer metrics: ORQA normalisation, EM / official EM / F1, CuratedTrec regexes, has_answer and real recall@k."""
 
+import math
+
 import pytest
 
 from realm_hf.evaluation.metrics import (
@@ -10,6 +12,7 @@ from realm_hf.evaluation.metrics import (
     normalize_answer,
     official_exact_match,
     regex_match,
+    sign_test,
 )
 
 
@@ -108,3 +111,18 @@ def test_recall_at_k_regex_and_errors():
         answer_recall_at_k([["x"]], [], ks=(1,))
     with pytest.raises(ValueError, match="positive"):
         answer_recall_at_k([["x"]], [["x"]], ks=(0,))
+
+
+def test_sign_test_is_the_two_sided_exact_binomial_p_value():
+    # 8 questions only the new system gets right, none only the old: 2 * 0.5**8
+    assert sign_test(8, 0) == pytest.approx(2 / 256)
+    assert sign_test(0, 8) == sign_test(8, 0)
+    # 27 vs 10: sum_{i<=10} C(37, i) / 2**37, doubled
+    assert sign_test(27, 10) == pytest.approx(2 * sum(math.comb(37, i) for i in range(11)) / 2**37)
+    assert sign_test(3, 3) == 1.0  # an even split is capped at 1
+    assert sign_test(0, 0) == 1.0  # nothing tells the systems apart
+
+
+def test_sign_test_rejects_negative_counts():
+    with pytest.raises(ValueError, match="wins=-1"):
+        sign_test(-1, 2)

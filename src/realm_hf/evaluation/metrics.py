@@ -5,6 +5,7 @@ then SQuAD's lower-case, drop punctuation, drop the articles a/an/the, collapse 
 when it matches *any* reference. CuratedTrec references are regular expressions instead of strings.
 """
 
+import math
 import re
 import string
 import unicodedata
@@ -234,6 +235,19 @@ def answer_recall_at_k(
     return {k: sum(1 for first in first_hits if first is not None and first <= k) / total for k in ks}
 
 
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test for two systems on the same questions: how likely a split at least as uneven as
+    `wins` to `losses` (the questions only one system gets right; ties dropped) is if each system were as likely as the
+    other to be that one. 1.0 when no question tells them apart."""
+    if wins < 0 or losses < 0:
+        raise ValueError(f"expected counts of questions >= 0, received wins={wins!r}, losses={losses!r}")
+    trials = wins + losses
+    if trials == 0:
+        return 1.0
+    tail = sum(math.comb(trials, i) for i in range(min(wins, losses) + 1)) / 2**trials
+    return min(1.0, 2 * tail)
+
+
 __all__ = [
     "answer_recall_at_k",
     "exact_match",
@@ -242,4 +256,5 @@ __all__ = [
     "normalize_answer",
     "official_exact_match",
     "regex_match",
+    "sign_test",
 ]
