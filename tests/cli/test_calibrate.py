@@ -10,6 +10,7 @@ from transformers import pipeline
 from realm_hf.cli.main import main
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
 from realm_hf.evaluation.calibration import Calibration
+from realm_hf.pipelines.open_qa import answers_with_features
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +22,12 @@ def model_dir(tmp_path_factory):
 
 def _dev_file(model_dir, path):
     open_qa = pipeline("open-qa", model=str(model_dir), device="cpu")
-    rows = []
-    for index, passage in enumerate(load_demo_corpus()):
-        question = f"What do we know about {passage['title']}?"
-        rows.append({"question": question,
-                     "answers": [open_qa(question)["answer"] if index % 2 == 0 else "nothing at all"]})  # fmt: skip
+    questions = [f"What do we know about {passage['title']}?" for passage in load_demo_corpus()]
+    # The answers as calibrate reads them (batches of 8): the untrained model's near-tied spans may come out in another
+    # order one question at a time.
+    answers = [result["answer"] for result in answers_with_features(open_qa, questions, batch_size=8)]
+    rows = [{"question": question, "answers": [answer if index % 2 == 0 else "nothing at all"]}
+            for index, (question, answer) in enumerate(zip(questions, answers, strict=True))]  # fmt: skip
     rows += [{"question": "What will the weather be tomorrow?", "answers": []},
              {"question": "Who is the king of Zanzanryx?", "answers": []}]  # fmt: skip
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
