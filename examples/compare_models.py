@@ -5,6 +5,12 @@ changed.
         --questions build/round6/question_sources --split test --per-file 100 \
         --also examples/trivia_questions.jsonl examples/everyday_questions.jsonl
 
+The same model with a pipeline rule off and on (--new defaults to --old; --old-options / --new-options are the
+pipeline's call arguments as JSON):
+
+    python examples/compare_models.py --old models/realm-minilm-factbook --old-options '{"prefer_typed_answers": false}' \
+        --questions build/default_model/question_sources --split dev --per-file 100
+
 Each model is loaded as the one loader loads it (its own `searcher.json`: hybrid candidates for the default model)
 and reads the same questions: the first --per-file of each `<source>.<split>.jsonl` in --questions after a seeded
 shuffle (unanswerable rows left out), and every question of each --also file. Prints, per file, EM old -> new, the
@@ -14,17 +20,10 @@ questions only one of them gets right and the two-sided sign test over those, th
 
 import argparse
 import json
-import math
 import random
 from pathlib import Path
 
-
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact binomial p-value of `wins` vs `losses` (ties dropped) under p = 1/2."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n)
+from realm_hf.evaluation.metrics import sign_test
 
 
 def question_files(args) -> dict[str, list[dict]]:
@@ -49,20 +48,41 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def answers_of(model_dir: Path, files: dict[str, list[dict]], batch_size: int) -> dict[str, list[dict]]:
+def answers_of(model_dir: Path, files: dict[str, list[dict]], batch_size: int, options: dict) -> dict[str, list[dict]]:
     from transformers import pipeline
 
     from realm_hf.default_model import load_open_qa
 
     model, retriever = load_open_qa(model_dir)
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
-    return {name: open_qa([row["question"] for row in rows], batch_size=batch_size) for name, rows in files.items()}
+    return {name: open_qa([row["question"] for row in rows], batch_size=batch_size, **options)
+            for name, rows in files.items()}  # fmt: skip
+
+
+def pipeline_options(text: str) -> dict:
+    """`--old-options` / `--new-options`: a JSON object of the open-qa pipeline's call arguments."""
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, received {text!r} ({error})") from None
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, received {text!r}")
+    return options
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", type=Path, required=True, help="the open-QA model directory to compare against")
-    parser.add_argument("--new", type=Path, required=True, help="the open-QA model directory compared")
+    parser.add_argument("--new", type=Path, help="the open-QA model directory compared (default: --old)")
+    parser.add_argument(
+        "--old-options",
+        type=pipeline_options,
+        default={},
+        help="pipeline call arguments of the old answers, as JSON: '{\"prefer_typed_answers\": false}'",
+    )
+    parser.add_argument(
+        "--new-options", type=pipeline_options, default={}, help="pipeline call arguments of the new answers, as JSON"
+    )
     parser.add_argument("--questions", type=Path, help="a question-sources directory (<source>.<split>.jsonl files)")
     parser.add_argument("--split", default="dev", help="which split of --questions (default: dev)")
     parser.add_argument("--per-file", type=int, default=100, help="questions per --questions file (default: 100)")
@@ -75,7 +95,8 @@ def main(argv=None) -> int:
     from realm_hf.evaluation.metrics import exact_match
 
     files = question_files(args)
-    old, new = answers_of(args.old, files, args.batch_size), answers_of(args.new, files, args.batch_size)
+    old = answers_of(args.old, files, args.batch_size, args.old_options)
+    new = answers_of(args.new or args.old, files, args.batch_size, args.new_options)
     total_wins = total_losses = 0
     report = {}
     for name, rows in files.items():

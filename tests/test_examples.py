@@ -55,3 +55,14 @@ def test_compare_models_pairs_the_answers_of_two_models(tmp_path):
     answers = json.loads((tmp_path / "answers.json").read_text())["people"]
     assert [row["old"] for row in answers] == [row["new"] for row in answers]  # the same model answers alike
     assert [row["question"] for row in answers] == ["Who wrote Hamlet?", "What is the capital of France?"]
+    # one model, a pipeline rule off (old) and on (new): "Which city ...?" reads "Paris", a city, from the demo corpus
+    (questions := tmp_path / "kinds.jsonl").write_text(
+        json.dumps({"question": "Which city is the capital of France?", "answers": ["Paris"]}) + "\n"
+    )
+    command = [sys.executable, "examples/compare_models.py", "--old", str(model), "--old-options",
+               '{"prefer_typed_answers": false}', "--also", str(questions)]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "kinds (1): EM 0.000 -> 1.000, gained 1, lost 0" in result.stdout
+    bad = subprocess.run(command[:5] + ["[1]"] + command[6:], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "expected a JSON object, received '[1]'" in bad.stderr

@@ -17,7 +17,7 @@ from transformers import pipeline
 from realm_hf import OpenQAPipeline, RealmEmbedder, RealmForOpenQA, RealmRetriever, RealmTokenizer
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
 from realm_hf.evaluation.calibration import CALIBRATION_FEATURES
-from realm_hf.pipelines.open_qa import answers_with_features, spans_in_question, unbalanced_spans
+from realm_hf.pipelines.open_qa import TYPE_POOL, answers_with_features, spans_in_question, unbalanced_spans
 from realm_hf.retrieval import DocumentStore
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "realm4"
@@ -451,6 +451,7 @@ def test_bad_questions_name_expected_and_received(open_qa):
         ({"max_question_length": 2}, "max_question_length must be an int >= 3 .*got 2"),
         ({"exclude_question_spans": "yes"}, "exclude_question_spans must be True or False, got 'yes'"),
         ({"exclude_unbalanced_spans": 1}, "exclude_unbalanced_spans must be True or False, got 1"),
+        ({"prefer_typed_answers": "no"}, "prefer_typed_answers must be True or False, got 'no'"),
     ],
 )
 def test_bad_parameters_name_expected_and_received(open_qa, kwargs, message):
@@ -755,6 +756,30 @@ def test_name_questions_get_an_answer_that_reads_like_a_name(open_qa):
     # a question that does not ask for a name is left alone
     other = "What did Marie Curie win?"
     assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_name_answers=False)
+
+
+def test_questions_naming_a_kind_get_a_span_the_corpus_says_is_one(open_qa):
+    # The demo corpus' blocks open by naming their subject: "Paris is the capital and largest city of France".
+    types = open_qa._answer_types()
+    assert (
+        "city" in types.types("Paris")
+        and "capital" in types.types("Berlin")
+        and "person" in types.types("Alan Turing")
+    )
+    question = "Which city is the capital of France?"
+    plain = open_qa(question, top_k=10**6, prefer_typed_answers=False)
+    preferred = open_qa(question, top_k=10**6)
+    first_typed = next(index for index, answer in enumerate(plain) if "city" in (types.types(answer["answer"]) or ()))
+    assert 0 < first_typed < TYPE_POOL and plain[first_typed]["answer"] == "Paris"  # the reader ranked it below
+    # the spans typed "city" first, each with its own score; the same answers, reordered
+    assert preferred[0] == plain[first_typed]
+    assert all("city" in (types.types(answer["answer"]) or ()) for answer in preferred[:2])
+    assert sorted(map(str, preferred)) == sorted(map(str, plain))
+    # a question that names no kind, or whose reader's first spans hold none of the kind, is left alone
+    for other in ("Where does the Nile flow?", "Which river flows through Paris?"):
+        assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_typed_answers=False)
+    # batched as one by one
+    assert open_qa([question, "Where does the Nile flow?"])[0] == open_qa(question)
 
 
 def test_unknown_names_are_capitalised_question_words_no_block_holds():

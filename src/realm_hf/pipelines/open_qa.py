@@ -23,6 +23,10 @@ that is one number ("1912", not "15 April 1912"): such spans are ranked first, e
 ([`number_spans`], [`whole_number_spans`]; `prefer_number_answers=False` turns it off). Likewise a question that asks
 for someone ("Who ...", "Which scientist ...") is answered with a span that reads like a name where any does ("Who
 wrote The Origin of Species?" -> "Charles Darwin", not "1859"; [`name_like_spans`]; `prefer_name_answers=False`).
+And a question that names the kind of thing it asks for ("In which country is Machu Picchu?", "Which planet ...?",
+"Who founded Microsoft?") is answered, among the reader's first few spans, with one the corpus says is of that kind
+("Peru", not "Cusco", a city): an encyclopedia says what its titles are in their first sentence
+(`realm_hf.pipelines.answer_types`; `prefer_typed_answers=False`).
 
 A model with a calibration abstains on a question that names something no block of its corpus mentions ("Who is the
 king of Zanzanryx?"): whatever it reads, the corpus cannot say ([`unknown_names`]; `abstain_on_unknown_names=False`
@@ -48,6 +52,7 @@ from ..modeling import RealmForOpenQA
 from ..retrieval.block_records import iter_record_texts, record_text
 from ..retrieval.hybrid import searching_for
 from ..retrieval.interfaces import BlockOffsets, Retriever, TitledRecords
+from .answer_types import TYPED, UNKNOWN, AnswerTypes, answer_type_tiers, asked_type
 from .questions import check_question, encode_question
 
 logger = logging.get_logger(__name__)
@@ -89,6 +94,9 @@ class OpenQAPipeline(Pipeline):
         prefer_name_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for someone
             ([`asks_for_a_name`]) with a span that reads like a name (see [`name_like_spans`]) where any candidate
             does; a call may override it.
+        prefer_typed_answers (`bool`, *optional*, defaults to `True`): answer a question that names the kind of its
+            answer ([`asked_type`]) with one of the reader's first `TYPE_POOL` spans that a title of that kind reads
+            (see [`AnswerTypes`]), where any does; a call may override it.
         exclude_title_spans (`bool`, *optional*): leave out spans that start in a block's title (see
             [`spans_in_titles`]); by default where the corpus' titles are section headings ([`titles_are_headings`]),
             not over an encyclopedia, whose titles are often the answer; a call may override it.
@@ -190,6 +198,8 @@ class OpenQAPipeline(Pipeline):
                 where any does (default: `True`).
             prefer_name_answers (`bool`, *optional*): answer a question asking for someone with a span that reads
                 like a name, where any does (default: `True`).
+            prefer_typed_answers (`bool`, *optional*): answer a question that names a kind of thing ("Which planet
+                ...?") with one of the reader's first spans that the corpus says is one, where any is (default: `True`).
             exclude_title_spans (`bool`, *optional*): leave out answers that start in a block's title (default: where
                 the corpus' titles are section headings).
 
@@ -221,6 +231,7 @@ class OpenQAPipeline(Pipeline):
         prefer_number_answers: bool | None = None,
         exclude_title_spans: bool | None = None,
         prefer_name_answers: bool | None = None,
+        prefer_typed_answers: bool | None = None,
     ):
         preprocess_params, forward_params, postprocess_params = {}, {}, {}
         for params, name, value in ((forward_params, "exclude_question_spans", exclude_question_spans),
@@ -228,7 +239,8 @@ class OpenQAPipeline(Pipeline):
                                     (preprocess_params, "abstain_on_unknown_names", abstain_on_unknown_names),
                                     (forward_params, "prefer_number_answers", prefer_number_answers),
                                     (forward_params, "exclude_title_spans", exclude_title_spans),
-                                    (forward_params, "prefer_name_answers", prefer_name_answers)):  # fmt: skip
+                                    (forward_params, "prefer_name_answers", prefer_name_answers),
+                                    (forward_params, "prefer_typed_answers", prefer_typed_answers)):  # fmt: skip
             if value is not None:
                 if not isinstance(value, bool):
                     raise ValueError(f"{name} must be True or False, got {value!r}.")
@@ -276,6 +288,7 @@ class OpenQAPipeline(Pipeline):
         inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
                                    if abstain_on_unknown_names else []]  # fmt: skip
         inputs.update(_answer_kinds([question]))
+        inputs["asked_type"] = [asked_type(question)]  # a list of one, like unknown_names
         return inputs
 
     def _forward(
@@ -288,6 +301,7 @@ class OpenQAPipeline(Pipeline):
         prefer_number_answers: bool = True,
         exclude_title_spans: bool | None = None,
         prefer_name_answers: bool = True,
+        prefer_typed_answers: bool = True,
     ) -> dict[str, torch.Tensor]:
         # Only what the tokenizer returned and the question encoder takes: `_ensure_tensor_on_device` keeps the keys.
         inputs = {
@@ -345,6 +359,15 @@ class OpenQAPipeline(Pipeline):
                 with_name = self._name_spans(spans, named) & span_mask
                 demote = named & with_name.flatten(1).any(-1)
                 demoted = demoted | (~with_name & demote[:, None, None])
+        if prefer_typed_answers:
+            wanted = model_inputs.get("asked_type")
+            if wanted is None:
+                if not decoded:
+                    decoded.extend(self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True))
+                wanted = [asked_type(question) for question in decoded]
+            # one question's inputs hold [kind]; a batch's, [[kind], [kind], ...] (the pipeline collates lists by item)
+            wanted = [kind[0] if isinstance(kind, list) else kind for kind in wanted]
+            demoted = self._prefer_typed_spans(spans, span_mask, demoted, wanted)
         logits = spans.span_logits.float().masked_fill(~span_mask, float("-inf")).view(batch_size, -1)
         if top_k > logits.shape[1]:
             logger.warning_once(
@@ -408,6 +431,57 @@ class OpenQAPipeline(Pipeline):
                 for position, kind in word_kinds(text, offsets).items():
                     kinds[row, index, position] = kind
         return name_like_spans(spans, kinds.to(reader_ids.device))
+
+    def _prefer_typed_spans(
+        self, spans, span_mask: torch.BoolTensor, demoted: torch.BoolTensor, wanted: list[str | None]
+    ) -> torch.BoolTensor:
+        """`demoted` (`(B, R, N)`) with, for each question that names the kind of its answer (`wanted`, from
+        [`asked_type`]), every span that is no title of that kind demoted too, where the reader's first span is none
+        and one of its first `TYPE_POOL` spans (its valid spans not demoted yet) with at least
+        `TYPE_MIN_PROBABILITY_RATIO` of the first one's probability is: "Peru", a country, over "Cusco"
+        for "In which country is Machu Picchu?". Only a title of the kind asked for is promoted: a span the corpus types
+        otherwise, or not at all, is never demoted for it, since most right answers have no article of their own.
+        See `realm_hf.pipelines.answer_types`."""
+        if not any(wanted):
+            return demoted
+        table = self._answer_types()
+        if not len(table):
+            return demoted
+        batch_size, num_read, num_candidates = span_mask.shape
+        logits = spans.span_logits.float().masked_fill(~span_mask | demoted, float("-inf")).view(batch_size, -1)
+        starts, ends = spans.candidate_starts.tolist(), spans.candidate_ends.tolist()
+        candidates = {(start, end): index for index, (start, end) in enumerate(zip(starts, ends, strict=True))}
+        reader_ids, block_ids = spans.reader_input_ids, spans.retrieved_block_ids[:, :num_read].tolist()
+        demoted = demoted.clone()
+        for row, kind in enumerate(wanted):
+            if kind is None:
+                continue
+            pool = logits[row].topk(min(TYPE_POOL, logits.shape[1])).indices
+            # spans within a factor TYPE_MIN_PROBABILITY_RATIO of the first one's probability
+            close = logits[row, pool] >= logits[row, pool[0]] + math.log(TYPE_MIN_PROBABILITY_RATIO)
+            pool = pool[torch.isfinite(logits[row, pool]) & close].cpu()
+            if len(pool) < 2:
+                continue
+            tiers = torch.full((num_read, num_candidates), UNKNOWN, dtype=torch.long)
+            for index in sorted({int(position) // num_candidates for position in pool}):
+                text, offsets = self._block_offsets(
+                    block_ids[row][index], reader_ids[row, index].cpu(), spans.block_mask[row, index].cpu()
+                )
+                for candidate, tier in answer_type_tiers(candidates, offsets, text, table, kind).items():
+                    tiers[index, candidate] = tier
+            pool_tiers = tiers.view(-1)[pool]
+            if int(pool_tiers[0]) != TYPED and bool((pool_tiers == TYPED).any()):
+                demoted[row] |= (tiers != TYPED).to(demoted.device)
+        return demoted
+
+    def _answer_types(self) -> AnswerTypes:
+        """[`AnswerTypes`] of the retriever's blocks, read on first use (a second for 10k titled articles)."""
+        records = self.retriever.block_records
+        cached = getattr(self, "_cached_answer_types", None)
+        if cached is None or cached[0] is not records:
+            table = AnswerTypes.from_records(records, titles_are_headings=self._titles_are_headings())
+            self._cached_answer_types = (records, table)
+        return self._cached_answer_types[1]
 
     def _titles_are_headings(self) -> bool:
         """Whether the corpus' titles read as section headings ([`titles_are_headings`]), decided once per corpus."""
@@ -747,6 +821,7 @@ def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_s
         inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
                                 return_tensors="pt"))  # fmt: skip
         inputs.update(_answer_kinds(batch))  # as the pipeline asks them
+        inputs["asked_type"] = [asked_type(question) for question in batch]
         outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)  # every feature, whatever the calibration
         for index, question in enumerate(batch):
             one = {key: value[index : index + 1] for key, value in outputs.items()}
@@ -942,6 +1017,15 @@ def unbalanced_spans(spans, bracket_ids: list[tuple[int, int]]) -> torch.BoolTen
 
 # How many of the most probable spans [`_answer_probabilities`] groups: spans further down add nothing measurable.
 ANSWER_POOL = 64
+# The reader's first spans among which the typed-answer rule looks for one of the kind asked for: it reorders the
+# reader's best few, never promotes a span it ranked far down (with 10, capitals of other countries the blocks read
+# mention were promoted over the right one, which has no article).
+TYPE_POOL = 5
+# ... and only a span the reader gives at least this share of its first span's probability. Chosen on the default
+# model's dev sets (docs/default-model.md, "Answers of the kind asked for"): every span the rule promoted from below
+# 0.002 of the first one's probability was a wrong answer ("Canberra" -> "Melbourne"), every one above 0.099 but
+# two a right one.
+TYPE_MIN_PROBABILITY_RATIO = 0.05
 
 
 def _answer_probabilities(probabilities, pool, spans, num_candidates: int) -> torch.Tensor:
