@@ -7,7 +7,8 @@ first sentence of their article ("Cusco is a city in southeastern Peru", "Europa
 Galilean moons"), and whether the article is about a person (it says "he" or "she" more than "it").
 
 - [`asked_type`]: the kind a question asks for, from its words: `"person"` for "Who ...?" and "Which scientist ...?",
-  else the noun after "which"/"what" ("country", "planet") or the head noun of "What is the largest desert ...?".
+  else one of a closed list of kinds (`THING_NOUNS`) after "which"/"what" ("country", "planet") or as the head noun of
+  "What is the largest desert ...?".
 - [`AnswerTypes`]: for each title of the corpus (the first block of each title), the words of its first sentence's
   predicate up to the first preposition, clause or punctuation ("a city", "the fifth planet"), and `"person"` where the
   article reads as one. `mentions(text)` finds those titles in a block's text.
