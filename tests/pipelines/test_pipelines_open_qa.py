@@ -17,7 +17,13 @@ from transformers import pipeline
 from realm_hf import OpenQAPipeline, RealmEmbedder, RealmForOpenQA, RealmRetriever, RealmTokenizer
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
 from realm_hf.evaluation.calibration import CALIBRATION_FEATURES
-from realm_hf.pipelines.open_qa import TYPE_POOL, answers_with_features, spans_in_question, unbalanced_spans
+from realm_hf.pipelines.open_qa import (
+    KIND_FEATURE_COLUMNS,
+    TYPE_POOL,
+    answers_with_features,
+    spans_in_question,
+    unbalanced_spans,
+)
 from realm_hf.retrieval import DocumentStore
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "realm4"
@@ -780,6 +786,11 @@ def test_questions_naming_a_kind_get_a_span_the_corpus_says_is_one(open_qa):
         assert open_qa(other, top_k=5) == open_qa(other, top_k=5, prefer_typed_answers=False)
     # batched as one by one
     assert open_qa([question, "Where does the Nile flow?"])[0] == open_qa(question)
+    # the confidence features measure the promoted span as the reader ranks it, among every span (the kind columns
+    # repeat the plain ones), not among the few titles of the kind: that made a second-ranked span sure of itself
+    features = open_qa.forward(open_qa.preprocess(question), top_k=1)["features"][0, 0]
+    assert torch.equal(features[-len(KIND_FEATURE_COLUMNS) :], features[list(KIND_FEATURE_COLUMNS)])
+    assert features[2] <= 0  # its margin over the span the reader ranked first
 
 
 def test_unknown_names_are_capitalised_question_words_no_block_holds():

@@ -359,6 +359,10 @@ class OpenQAPipeline(Pipeline):
                 with_name = self._name_spans(spans, named) & span_mask
                 demote = named & with_name.flatten(1).any(-1)
                 demoted = demoted | (~with_name & demote[:, None, None])
+        # The kind features measure the answer among the spans of the kind a number or name rule keeps, not among the
+        # few titles the typed rule keeps: those would make a span the reader ranked second sure of itself (Peru at
+        # 0.25 came out at confidence 1.00), where the reader's own preference is what the calibration reads.
+        kind_demoted = demoted
         if prefer_typed_answers:
             wanted = model_inputs.get("asked_type")
             if wanted is None:
@@ -400,8 +404,8 @@ class OpenQAPipeline(Pipeline):
 
         plain = features(logits, probabilities)
         kind = plain  # where no rule demoted a span, the spans of the kind asked for are all of them
-        if bool(demoted.any()):  # among those spans: the same numbers, renormalised
-            kind_logits = logits.masked_fill(demoted.view(batch_size, -1), float("-inf"))
+        if bool(kind_demoted.any()):  # among those spans: the same numbers, renormalised
+            kind_logits = logits.masked_fill(kind_demoted.view(batch_size, -1), float("-inf"))
             kind = features(kind_logits, kind_logits.softmax(dim=-1))
         # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
         return {
