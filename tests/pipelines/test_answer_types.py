@@ -10,6 +10,7 @@ from realm_hf.pipelines.answer_types import (
     AnswerTypes,
     answer_type_tiers,
     asked_type,
+    opening_subject,
     title_types,
 )
 
@@ -99,3 +100,13 @@ def test_answer_type_tiers_map_mentions_to_candidate_spans():
     assert answer_type_tiers(candidates, offsets, text, table, "country") == {0: OTHER, 1: TYPED}
     assert answer_type_tiers(candidates, offsets, text, table, "city") == {0: TYPED, 1: OTHER}
     assert answer_type_tiers(candidates, offsets, text, AnswerTypes(), "city") == {}
+
+
+def test_answer_types_from_records_with_and_without_titles():
+    untitled = ["Paris is the capital and largest city of France.", "Paris Paris is a city.", "the river is long"]
+    table = AnswerTypes.from_records(untitled)
+    assert opening_subject(untitled[1]) == "Paris" and opening_subject(untitled[2]) is None
+    assert {"capital", "city"} <= table.types("Paris") and len(table) == 1
+    assert len(AnswerTypes.from_records(untitled, titles_are_headings=True)) == 0
+    # a corpus too large to read on first use gets no table
+    assert len(AnswerTypes.from_records(untitled, max_blocks=2)) == 0

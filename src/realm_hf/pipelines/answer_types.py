@@ -24,6 +24,10 @@ changes nothing where the corpus types nothing (a corpus of manuals) or the ques
 import re
 from collections.abc import Iterable
 
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
 UNKNOWN, OTHER, TYPED = 1, 0, 2
 PERSON = "person"
 
@@ -66,6 +70,9 @@ _NEUTER = re.compile(r"\b(?:it|its|itself)\b", re.IGNORECASE)
 _WORD = re.compile(r"[^\W_][\w'’.-]*", re.UNICODE)
 PREDICATE_WORDS = 10  # of the first sentence's predicate, at most
 MAX_MENTION_WORDS = 6  # "Wolfgang Amadeus Mozart", "Democratic Republic of the Congo"
+# Reading every block of a corpus this large on first use would stall the first typed question for minutes (the Hub's
+# 13M-block corpus); such corpora get no table.
+MAX_TYPED_BLOCKS = 2_000_000
 
 
 def _singular(word: str) -> str:
@@ -168,14 +175,23 @@ class AnswerTypes:
         return cls({surface: frozenset(types) for surface, types in surfaces.items()})
 
     @classmethod
-    def from_records(cls, records, titles_are_headings: bool = False) -> "AnswerTypes":
+    def from_records(
+        cls, records, titles_are_headings: bool = False, max_blocks: int = MAX_TYPED_BLOCKS
+    ) -> "AnswerTypes":
         """From block records: with titles (`TitledRecords`), the first block of each title; titles that are section
         headings ("India. Geography. Climate") name no thing. Without titles, each block that opens by naming its
         subject ("Paris is the capital ...": up to `MAX_MENTION_WORDS` capitalised words before "is"/"was") is that
-        subject's article."""
+        subject's article. Over `max_blocks` blocks, an empty table (with a warning): reading them all would take
+        minutes."""
         from ..retrieval.block_records import iter_record_texts, record_text
 
         if titles_are_headings or not len(records):
+            return cls()
+        if len(records) > max_blocks:
+            logger.warning(
+                f"answers of the kind asked for are off for this corpus: {len(records):,} blocks, more than the "
+                f"{max_blocks:,} read on first use (realm_hf.pipelines.answer_types.MAX_TYPED_BLOCKS)"
+            )
             return cls()
         if not hasattr(records, "titles"):
             return cls.from_titles(
