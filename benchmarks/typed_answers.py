@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from pipeline_speed import best_time  # warm up on one batch, then the best of `repeats` timed runs
+
 SUBJECTS = ["Machu Picchu", "the Taj Mahal", "the Eiffel Tower", "Angkor Wat", "the Alhambra", "Petra",
             "the Acropolis", "Chichen Itza"]  # fmt: skip
 TEMPLATES = ["In which country is {}?", "Which city is near {}?", "Who built {}?", "Which river flows near {}?",
@@ -24,17 +26,6 @@ TEMPLATES = ["In which country is {}?", "Which city is near {}?", "Who built {}?
 def make_questions(count: int) -> list[str]:
     questions = [template.format(subject) for subject in SUBJECTS for template in TEMPLATES]
     return (questions * (count // len(questions) + 1))[:count]
-
-
-def best_time(run, batches, repeats: int) -> float:
-    run(batches[0])  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for batch in batches:
-            run(batch)
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main(argv=None) -> int:
