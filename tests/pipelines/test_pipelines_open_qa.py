@@ -847,7 +847,8 @@ def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):
     # without a calibration nothing abstains, and the corpus words are not even counted
     plain = pipeline("open-qa", model=open_qa.model, tokenizer=open_qa.tokenizer, retriever=open_qa.retriever)
     assert plain(unknown)["unknown_names"] == [] and plain(unknown)["abstained"] is False
-    assert getattr(plain, "_cached_document_frequencies", None) is None
+    assert "document_frequencies" not in getattr(plain, "_corpus_cache", {})
+    assert "document_frequencies" in open_qa._corpus_cache  # (the calibrated pipeline did count them)
     with pytest.raises(ValueError, match="abstain_on_unknown_names must be True or False"):
         open_qa(unknown, abstain_on_unknown_names="yes")
 
