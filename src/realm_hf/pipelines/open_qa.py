@@ -288,7 +288,6 @@ class OpenQAPipeline(Pipeline):
         inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
                                    if abstain_on_unknown_names else []]  # fmt: skip
         inputs.update(_answer_kinds([question]))
-        inputs["asked_type"] = [asked_type(question)]  # a list of one, like unknown_names
         return inputs
 
     def _forward(
@@ -331,15 +330,19 @@ class OpenQAPipeline(Pipeline):
         demoted = torch.zeros_like(span_mask)
         decoded = []
 
-        def asks(key: str, test) -> torch.BoolTensor:
-            """`(B,)`: `preprocess`'s flag `key`, or `test` of each question as its wordpieces read (bare tokenizer
-            outputs), decoded once for every flag."""
-            flags = model_inputs.get(key)
-            if flags is None:
+        def as_read(key: str, test) -> list:
+            """`preprocess`'s `key` ([`_answer_kinds`]), or `test` of each question as its wordpieces read (bare
+            tokenizer outputs), decoded once for every key."""
+            found = model_inputs.get(key)
+            if found is None:
                 if not decoded:
                     decoded.extend(self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True))
-                flags = torch.tensor([test(question) for question in decoded])
-            return flags.to(span_mask.device)
+                found = [test(question) for question in decoded]
+            return found
+
+        def asks(key: str, test) -> torch.BoolTensor:
+            """`(B,)`: the flag `key` of each question (see `as_read`)."""
+            return torch.as_tensor(as_read(key, test)).to(span_mask.device)
 
         if prefer_number_answers:
             numeric, yearly = asks("asks_for_a_number", asks_for_a_number), asks("asks_for_a_year", asks_for_a_year)
@@ -364,13 +367,8 @@ class OpenQAPipeline(Pipeline):
         # 0.25 came out at confidence 1.00), where the reader's own preference is what the calibration reads.
         kind_demoted = demoted
         if prefer_typed_answers:
-            wanted = model_inputs.get("asked_type")
-            if wanted is None:
-                if not decoded:
-                    decoded.extend(self.tokenizer.batch_decode(inputs["input_ids"], skip_special_tokens=True))
-                wanted = [asked_type(question) for question in decoded]
             # one question's inputs hold [kind]; a batch's, [[kind], [kind], ...] (the pipeline collates lists by item)
-            wanted = [kind[0] if isinstance(kind, list) else kind for kind in wanted]
+            wanted = [kind[0] if isinstance(kind, list) else kind for kind in as_read("asked_type", asked_type)]
             demoted = self._prefer_typed_spans(spans, span_mask, demoted, wanted)
         logits = spans.span_logits.float().masked_fill(~span_mask, float("-inf")).view(batch_size, -1)
         if top_k > logits.shape[1]:
@@ -829,7 +827,6 @@ def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_s
         inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
                                 return_tensors="pt"))  # fmt: skip
         inputs.update(_answer_kinds(batch))  # as the pipeline asks them
-        inputs["asked_type"] = [asked_type(question) for question in batch]
         outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)  # every feature, whatever the calibration
         for index, question in enumerate(batch):
             one = {key: value[index : index + 1] for key, value in outputs.items()}
@@ -840,13 +837,14 @@ def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_s
     return results
 
 
-def _answer_kinds(questions: list[str]) -> dict[str, torch.Tensor]:
-    """The kinds of answer each question asks for, `(B,)` flags `_forward` reads, from the text as written (its
-    wordpieces may be `[UNK]`, and decoding them loses case)."""
+def _answer_kinds(questions: list[str]) -> dict:
+    """The kinds of answer each question asks for, as `_forward` reads them, from the text as written (its wordpieces
+    may be `[UNK]`, and decoding them loses case): `(B,)` flags, and the kind each names ([`asked_type`]), a list."""
     return {
         "asks_for_a_number": torch.tensor([asks_for_a_number(question) for question in questions]),
         "asks_for_a_year": torch.tensor([asks_for_a_year(question) for question in questions]),
         "asks_for_a_name": torch.tensor([asks_for_a_name(question) for question in questions]),
+        "asked_type": [asked_type(question) for question in questions],
     }
 
 
