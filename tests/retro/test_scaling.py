@@ -12,11 +12,14 @@ from realm_hf.retro import (
     RetroForCausalLM,
     RetroSequences,
     chunk_documents,
+    combined_chunks,
     compute_neighbours,
     database_scaling,
     evaluate_bits_per_byte,
+    evaluate_database_scaling,
     nested_document_subsets,
     plot_database_scaling,
+    scaling_databases,
 )
 
 
@@ -88,6 +91,34 @@ def test_database_scaling_structure_and_gains():
                              chunks_per_sequence=2)  # fmt: skip
     assert [entry["name"] for entry in fresh] == ["1/16", "1/4", "all"]
     assert all(abs(entry["gain"]) < 1e-6 for entry in fresh)
+
+
+def test_databases_planned_apart_from_the_model_evaluate_the_same(tmp_path):
+    # The keys are needed to plan the databases, not to evaluate a model against them: the plan can be saved (here as
+    # safetensors, as examples/retro_factbook.py does) and the evaluation run elsewhere, with the same numbers.
+    from safetensors.torch import load_file, save_file
+
+    database, held_out, extra, keys = _data()
+    model = _model()
+    expected = database_scaling(model, database, keys["database"], held_out, keys["held_out"], chunks_per_sequence=2,
+                                extra_chunks=extra, extra_keys=keys["extra"], extra_name="all + wiki")  # fmt: skip
+    plan = scaling_databases(database, keys["database"], held_out, keys["held_out"], num_neighbors=2,
+                             extra_chunks=extra, extra_keys=keys["extra"], extra_name="all + wiki")  # fmt: skip
+    assert [entry["name"] for entry in plan] == ["1/16", "1/4", "all", "all + wiki"]
+    for entry in plan:
+        assert entry["mask"].shape == (len(database) + len(extra),) and entry["neighbours"].shape == (len(held_out), 2)
+        selected = combined_chunks(database, extra).document_ids[entry["mask"]]
+        found = entry["neighbours"][entry["neighbours"] >= 0]
+        assert not torch.isin(selected[found], held_out.document_ids).any()
+    save_file({f"{i}.{field}": entry[field] for i, entry in enumerate(plan) for field in ("mask", "neighbours")},
+              tmp_path / "plan.safetensors")  # fmt: skip
+    tensors = load_file(tmp_path / "plan.safetensors")
+    loaded = [{"name": entry["name"], "mask": tensors[f"{i}.mask"], "neighbours": tensors[f"{i}.neighbours"]}
+              for i, entry in enumerate(plan)]  # fmt: skip
+    assert evaluate_database_scaling(model, combined_chunks(database, extra), held_out, loaded,
+                                     chunks_per_sequence=2) == expected  # fmt: skip
+    with pytest.raises(ValueError, match="expected"):  # a plan made for other chunks
+        evaluate_database_scaling(model, database, held_out, loaded, chunks_per_sequence=2)
 
 
 def test_held_out_documents_may_not_be_in_any_database():

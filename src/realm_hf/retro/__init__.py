@@ -30,9 +30,12 @@ _LAZY = {
     "bits_per_byte": "training",
     "copy_baseline_bits_per_byte": "training",
     "evaluate_bits_per_byte": "training",
+    "combined_chunks": "scaling",
     "database_scaling": "scaling",
+    "evaluate_database_scaling": "scaling",
     "nested_document_subsets": "scaling",
     "plot_database_scaling": "scaling",
+    "scaling_databases": "scaling",
 }
 
 
@@ -59,12 +62,15 @@ __all__ = [
     "RetroTrainer",
     "bits_per_byte",
     "chunk_documents",
+    "combined_chunks",
     "compute_neighbours",
     "copy_baseline_bits_per_byte",
     "database_scaling",
     "embed_chunks",
     "evaluate_bits_per_byte",
+    "evaluate_database_scaling",
     "nested_document_subsets",
     "paper_cca_layers",
     "plot_database_scaling",
+    "scaling_databases",
 ]

@@ -64,7 +64,139 @@ def _fraction_name(fraction: float) -> str:
     return f"1/{round(inverse)}" if abs(inverse - round(inverse)) < 1e-9 else f"{fraction:g}"
 
 
+def scaling_databases(
+    database_chunks: RetroChunks,
+    database_keys: torch.Tensor,
+    eval_chunks: RetroChunks,
+    eval_keys: torch.Tensor,
+    *,
+    num_neighbors: int,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    extra_chunks: RetroChunks | None = None,
+    extra_keys: torch.Tensor | None = None,
+    extra_name: str = "all + extra",
+    metric: str = "l2",
+    seed: int = 0,
+) -> list[dict]:
+    r"""
+    The databases of a scaling evaluation and the held-out chunks' neighbours in each: what [`database_scaling`]
+    searches before it evaluates. Needs the keys but no model, so it can run once, apart from the evaluation (e.g. on
+    the machine that holds the keys, with the evaluation on another).
+
+    Args:
+        database_chunks ([`RetroChunks`]), database_keys (`torch.Tensor` of shape `(N, D)`): the full database.
+        eval_chunks ([`RetroChunks`]), eval_keys (`torch.Tensor` of shape `(Q, D)`): the held-out chunks; their
+            documents may not appear in the database or the extra chunks.
+        num_neighbors (`int`): `k`.
+        fractions, extra_chunks, extra_keys, extra_name, metric, seed: as in [`database_scaling`].
+
+    Returns:
+        `list[dict]`, smallest database first: `{"name", "mask", "neighbours"}`, where `mask` (`torch.BoolTensor` of
+        shape `(N,)`, or `(N + N',)` over the database followed by the extra chunks) selects the database's chunks and
+        `neighbours` (`torch.LongTensor` of shape `(Q, k)`) are the held-out chunks' neighbour ids among them (-1: none).
+    """
+    if database_keys.shape[0] != len(database_chunks):
+        raise ValueError(f"database_keys must have one row per database chunk: {len(database_chunks)} expected, got "
+                         f"{database_keys.shape[0]}.")  # fmt: skip
+    if eval_keys.shape[0] != len(eval_chunks):
+        raise ValueError(f"eval_keys must have one row per held-out chunk: {len(eval_chunks)} expected, got "
+                         f"{eval_keys.shape[0]}.")  # fmt: skip
+    leaked = set(eval_chunks.document_ids.tolist()) & set(database_chunks.document_ids.tolist())
+    if leaked:
+        raise ValueError(f"held-out documents must never be in the database; these are: {sorted(leaked)[:10]}.")
+    masks = nested_document_subsets(database_chunks.document_ids, fractions, seed)
+    document_ids, keys = database_chunks.document_ids, database_keys
+    names = [_fraction_name(fraction) for fraction in fractions]
+    if extra_chunks is not None:
+        if extra_keys is None or extra_keys.shape[0] != len(extra_chunks):
+            raise ValueError(f"extra_keys must have one row per extra chunk: {len(extra_chunks)} expected, got "
+                             f"{None if extra_keys is None else extra_keys.shape[0]}.")  # fmt: skip
+        if extra_chunks.chunk_size != database_chunks.chunk_size:
+            raise ValueError(f"extra chunks have {extra_chunks.chunk_size} tokens, the database's "
+                             f"{database_chunks.chunk_size}.")  # fmt: skip
+        shared = set(extra_chunks.document_ids.tolist()) & set(database_chunks.document_ids.tolist())
+        leaked = set(eval_chunks.document_ids.tolist()) & set(extra_chunks.document_ids.tolist())
+        if shared or leaked:
+            raise ValueError(f"extra documents need their own document ids, distinct from the database's (shared: "
+                             f"{sorted(shared)[:10]}) and the held-out ones (shared: {sorted(leaked)[:10]}).")  # fmt: skip
+        document_ids = torch.cat((document_ids, extra_chunks.document_ids))
+        keys = torch.cat((database_keys, extra_keys.to(database_keys.dtype)))
+        masks = [torch.cat((mask, torch.zeros(len(extra_chunks), dtype=torch.bool))) for mask in masks]
+        masks.append(torch.ones(len(document_ids), dtype=torch.bool))
+        names.append(extra_name)
+    databases = []
+    for name, mask in zip(names, masks):
+        searcher = ExactSearcher(keys[mask].float(), metric=metric)
+        neighbours = compute_neighbours(searcher, eval_keys.float(), eval_chunks.document_ids, document_ids[mask],
+                                        num_neighbors)  # fmt: skip
+        databases.append({"name": name, "mask": mask, "neighbours": neighbours})
+    return databases
+
+
+def combined_chunks(database_chunks: RetroChunks, extra_chunks: RetroChunks | None = None) -> RetroChunks:
+    """The database's chunks followed by the extra ones: what the masks of [`scaling_databases`] select from."""
+    if extra_chunks is None:
+        return database_chunks
+    return RetroChunks(torch.cat((database_chunks.tokens, extra_chunks.tokens.to(database_chunks.tokens.dtype))),
+                       torch.cat((database_chunks.document_ids, extra_chunks.document_ids)),
+                       database_chunks.pad_token_id)  # fmt: skip
+
+
 @torch.no_grad()
+def evaluate_database_scaling(
+    model,
+    chunks: RetroChunks,
+    eval_chunks: RetroChunks,
+    databases: Sequence[dict],
+    *,
+    chunks_per_sequence: int,
+    num_bytes: int | None = None,
+    batch_size: int = 8,
+) -> list[dict]:
+    r"""
+    Evaluates one RETRO model against the databases of [`scaling_databases`], each against retrieval off.
+
+    Args:
+        model (`RetroForCausalLM`): the model (evaluated as is; retrieval off is the same model without neighbours).
+        chunks ([`RetroChunks`]): what the databases' masks select from ([`combined_chunks`]).
+        eval_chunks ([`RetroChunks`]): the held-out chunks.
+        databases (`Sequence[dict]`): [`scaling_databases`]'s result.
+        chunks_per_sequence, num_bytes, batch_size: as in [`database_scaling`].
+
+    Returns:
+        As [`database_scaling`].
+    """
+    for database in databases:
+        if database["mask"].shape[0] != len(chunks) or database["neighbours"].shape[0] != len(eval_chunks):
+            raise ValueError(f"database {database['name']!r} has a mask over {database['mask'].shape[0]} chunks and "
+                             f"neighbours for {database['neighbours'].shape[0]} held-out chunks; expected {len(chunks)} "
+                             f"and {len(eval_chunks)}.")  # fmt: skip
+    k = databases[0]["neighbours"].shape[1] if databases else model.config.num_neighbors
+    no_neighbours = torch.full((len(eval_chunks), k), -1, dtype=torch.long)
+    off = evaluate_bits_per_byte(model, RetroSequences(eval_chunks, no_neighbours, chunks_per_sequence),
+                                 RetroCollator(chunks, retrieval="off"), num_bytes=num_bytes,
+                                 batch_size=batch_size)  # fmt: skip
+    results = []
+    for database in databases:
+        subset = _subset(chunks, database["mask"])
+        sequences = RetroSequences(eval_chunks, database["neighbours"], chunks_per_sequence)
+        on = evaluate_bits_per_byte(model, sequences, RetroCollator(subset, num_neighbors=k), num_bytes=num_bytes,
+                                    batch_size=batch_size)  # fmt: skip
+        entry = {
+            "name": database["name"],
+            "documents": int(subset.document_ids.unique().numel()),
+            "chunks": len(subset),
+            "gain": (off["loss"] - on["loss"]) / off["loss"],
+            "loss_on": on["loss"],
+            "loss_off": off["loss"],
+        }
+        if num_bytes is not None:
+            entry["bits_per_byte_on"], entry["bits_per_byte_off"] = on["bits_per_byte"], off["bits_per_byte"]
+        logger.info(f"database {entry['name']}: {entry['chunks']:,} chunks, gain {entry['gain']:.4%}")
+        results.append(entry)
+    return results
+
+
 def database_scaling(
     model,
     database_chunks: RetroChunks,
@@ -84,7 +216,8 @@ def database_scaling(
     batch_size: int = 8,
 ) -> list[dict]:
     r"""
-    Evaluates one RETRO model on held-out chunks with databases of several sizes, against retrieval off.
+    Evaluates one RETRO model on held-out chunks with databases of several sizes, against retrieval off
+    ([`scaling_databases`], then [`evaluate_database_scaling`]).
 
     Args:
         model (`RetroForCausalLM`): the model (evaluated as is; retrieval off is the same model without neighbours).
@@ -105,62 +238,13 @@ def database_scaling(
         with `num_bytes`, `"bits_per_byte_on"` and `"bits_per_byte_off"`. `gain = (off - on) / off`, the relative drop
         in held-out loss (equal for nats and bits per byte: the byte count is the same).
     """
-    k = num_neighbors or model.config.num_neighbors
-    if database_keys.shape[0] != len(database_chunks):
-        raise ValueError(f"database_keys must have one row per database chunk: {len(database_chunks)} expected, got "
-                         f"{database_keys.shape[0]}.")  # fmt: skip
-    if eval_keys.shape[0] != len(eval_chunks):
-        raise ValueError(f"eval_keys must have one row per held-out chunk: {len(eval_chunks)} expected, got "
-                         f"{eval_keys.shape[0]}.")  # fmt: skip
-    leaked = set(eval_chunks.document_ids.tolist()) & set(database_chunks.document_ids.tolist())
-    if leaked:
-        raise ValueError(f"held-out documents must never be in the database; these are: {sorted(leaked)[:10]}.")
-    entries = [(_fraction_name(fraction), _subset(database_chunks, mask), database_keys[mask])
-               for fraction, mask in zip(fractions, nested_document_subsets(database_chunks.document_ids, fractions,
-                                                                             seed))]  # fmt: skip
-    if extra_chunks is not None:
-        if extra_keys is None or extra_keys.shape[0] != len(extra_chunks):
-            raise ValueError(f"extra_keys must have one row per extra chunk: {len(extra_chunks)} expected, got "
-                             f"{None if extra_keys is None else extra_keys.shape[0]}.")  # fmt: skip
-        if extra_chunks.chunk_size != database_chunks.chunk_size:
-            raise ValueError(f"extra chunks have {extra_chunks.chunk_size} tokens, the database's "
-                             f"{database_chunks.chunk_size}.")  # fmt: skip
-        shared = set(extra_chunks.document_ids.tolist()) & set(database_chunks.document_ids.tolist())
-        leaked = set(eval_chunks.document_ids.tolist()) & set(extra_chunks.document_ids.tolist())
-        if shared or leaked:
-            raise ValueError(f"extra documents need their own document ids, distinct from the database's (shared: "
-                             f"{sorted(shared)[:10]}) and the held-out ones (shared: {sorted(leaked)[:10]}).")  # fmt: skip
-        combined = RetroChunks(torch.cat((database_chunks.tokens, extra_chunks.tokens.to(database_chunks.tokens.dtype))),
-                               torch.cat((database_chunks.document_ids, extra_chunks.document_ids)),
-                               database_chunks.pad_token_id)  # fmt: skip
-        entries.append((extra_name, combined, torch.cat((database_keys, extra_keys.to(database_keys.dtype)))))
-
-    no_neighbours = torch.full((len(eval_chunks), k), -1, dtype=torch.long)
-    off = evaluate_bits_per_byte(model, RetroSequences(eval_chunks, no_neighbours, chunks_per_sequence),
-                                 RetroCollator(database_chunks, retrieval="off"), num_bytes=num_bytes,
-                                 batch_size=batch_size)  # fmt: skip
-    results = []
-    for name, chunks, keys in entries:
-        searcher = ExactSearcher(keys.float(), metric=metric)
-        neighbour_ids = compute_neighbours(
-            searcher, eval_keys.float(), eval_chunks.document_ids, chunks.document_ids, k
-        )
-        sequences = RetroSequences(eval_chunks, neighbour_ids, chunks_per_sequence)
-        on = evaluate_bits_per_byte(model, sequences, RetroCollator(chunks, num_neighbors=k), num_bytes=num_bytes,
-                                    batch_size=batch_size)  # fmt: skip
-        entry = {
-            "name": name,
-            "documents": int(chunks.document_ids.unique().numel()),
-            "chunks": len(chunks),
-            "gain": (off["loss"] - on["loss"]) / off["loss"],
-            "loss_on": on["loss"],
-            "loss_off": off["loss"],
-        }
-        if num_bytes is not None:
-            entry["bits_per_byte_on"], entry["bits_per_byte_off"] = on["bits_per_byte"], off["bits_per_byte"]
-        logger.info(f"database {name}: {entry['chunks']:,} chunks, gain {entry['gain']:.4%}")
-        results.append(entry)
-    return results
+    databases = scaling_databases(database_chunks, database_keys, eval_chunks, eval_keys,
+                                  num_neighbors=num_neighbors or model.config.num_neighbors, fractions=fractions,
+                                  extra_chunks=extra_chunks, extra_keys=extra_keys, extra_name=extra_name,
+                                  metric=metric, seed=seed)  # fmt: skip
+    return evaluate_database_scaling(model, combined_chunks(database_chunks, extra_chunks), eval_chunks, databases,
+                                     chunks_per_sequence=chunks_per_sequence, num_bytes=num_bytes,
+                                     batch_size=batch_size)  # fmt: skip
 
 
 def plot_database_scaling(scaling: Sequence[dict], path: str | Path, *, title: str | None = None) -> Path:
@@ -213,4 +297,12 @@ def plot_database_scaling(scaling: Sequence[dict], path: str | Path, *, title: s
     return path
 
 
-__all__ = ["DEFAULT_FRACTIONS", "database_scaling", "nested_document_subsets", "plot_database_scaling"]
+__all__ = [
+    "DEFAULT_FRACTIONS",
+    "combined_chunks",
+    "database_scaling",
+    "evaluate_database_scaling",
+    "nested_document_subsets",
+    "plot_database_scaling",
+    "scaling_databases",
+]
