@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from realm_hf.evaluation.metrics import sign_test
+from realm_hf.evaluation.metrics import paired_exact_match
 
 logger = logging.getLogger("build_default_model")
 
@@ -504,14 +504,6 @@ def by_relation(rows: list[dict], scores: list[float]) -> dict[str, float]:
     return {relation: sum(values) / len(values) for relation, values in sorted(groups.items())}
 
 
-def paired(new: list[float], old: list[float]) -> dict:
-    """EM of two systems on the same questions, the questions each gets right and the other not, and the sign test."""
-    wins = sum(a > b for a, b in zip(new, old, strict=True))
-    losses = sum(a < b for a, b in zip(new, old, strict=True))
-    return {"new_em": sum(new) / len(new), "old_em": sum(old) / len(old), "wins": wins, "losses": losses,
-            "sign_test_p": sign_test(wins, losses)}  # fmt: skip
-
-
 def stage_evaluate(args) -> None:
     from transformers import BertModel
 
@@ -591,7 +583,8 @@ def stage_evaluate(args) -> None:
                           ("continued_vs_before", "finetune_continued", "before"),
                           ("continued_vs_before_served", "hybrid (finetune_continued)", "hybrid (before)")):  # fmt: skip
         if {new, old} <= set(per_question):
-            results[key] = {name: paired(per_question[new][name], per_question[old][name]) for name in sets}
+            results[key] = {name: paired_exact_match(per_question[new][name], per_question[old][name])
+                            for name in sets}  # fmt: skip
     _write_json(target, results)
 
 

@@ -23,7 +23,7 @@ import json
 import random
 from pathlib import Path
 
-from realm_hf.evaluation.metrics import sign_test
+from realm_hf.evaluation.metrics import paired_exact_match, sign_test
 
 
 def question_files(args) -> dict[str, list[dict]]:
@@ -102,11 +102,10 @@ def main(argv=None) -> int:
     for name, rows in files.items():
         right_old = [exact_match(answer["answer"], row["answers"]) == 1.0 for row, answer in zip(rows, old[name])]
         right_new = [exact_match(answer["answer"], row["answers"]) == 1.0 for row, answer in zip(rows, new[name])]
-        wins = sum(b and not a for a, b in zip(right_old, right_new))
-        losses = sum(a and not b for a, b in zip(right_old, right_new))
-        total_wins, total_losses = total_wins + wins, total_losses + losses
-        print(f"{name} ({len(rows)}): EM {sum(right_old) / len(rows):.3f} -> {sum(right_new) / len(rows):.3f}, "
-              f"gained {wins}, lost {losses}, sign test p = {sign_test(wins, losses):.2g}")  # fmt: skip
+        paired = paired_exact_match(right_new, right_old)
+        total_wins, total_losses = total_wins + paired["wins"], total_losses + paired["losses"]
+        print(f"{name} ({len(rows)}): EM {paired['old_em']:.3f} -> {paired['new_em']:.3f}, gained {paired['wins']}, "
+              f"lost {paired['losses']}, sign test p = {paired['sign_test_p']:.2g}")  # fmt: skip
         report[name] = []
         for row, a, b, was, now in zip(rows, old[name], new[name], right_old, right_new):
             report[name].append({"question": row["question"], "answers": row["answers"], "old": a["answer"],

@@ -11,6 +11,7 @@ from realm_hf.evaluation.metrics import (
     has_answer,
     normalize_answer,
     official_exact_match,
+    paired_exact_match,
     regex_match,
     sign_test,
 )
@@ -126,3 +127,13 @@ def test_sign_test_is_the_two_sided_exact_binomial_p_value():
 def test_sign_test_rejects_negative_counts():
     with pytest.raises(ValueError, match="wins=-1"):
         sign_test(-1, 2)
+
+
+def test_paired_exact_match_counts_the_questions_only_one_system_gets_right():
+    new = [1, 1, 0, 1, 0, 1, True, 1.0]
+    old = [1, 0, 0, 0, 1, 0, False, 0.0]
+    paired = paired_exact_match(new, old)
+    assert paired == {"new_em": 6 / 8, "old_em": 2 / 8, "wins": 5, "losses": 1, "sign_test_p": sign_test(5, 1)}
+    assert paired_exact_match(old, new)["wins"] == 1
+    with pytest.raises(ValueError, match="same questions"):
+        paired_exact_match([1, 0], [1])

@@ -248,6 +248,19 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def paired_exact_match(new: Sequence[float], old: Sequence[float]) -> dict:
+    """Two systems scored on the same questions (EM per question, in the same order): the EM of each, the questions
+    only the new one gets right (`wins`) and only the old one (`losses`), and the two-sided [`sign_test`] over those."""
+    new, old = [float(score) for score in new], [float(score) for score in old]
+    if len(new) != len(old) or not new:
+        raise ValueError(f"expected scores of the same questions, at least one, received {len(new)} new and {len(old)} "
+                         "old")  # fmt: skip
+    wins = sum(a > b for a, b in zip(new, old))
+    losses = sum(a < b for a, b in zip(new, old))
+    return {"new_em": sum(new) / len(new), "old_em": sum(old) / len(old), "wins": wins, "losses": losses,
+            "sign_test_p": sign_test(wins, losses)}  # fmt: skip
+
+
 __all__ = [
     "answer_recall_at_k",
     "exact_match",
@@ -255,6 +268,7 @@ __all__ = [
     "has_answer",
     "normalize_answer",
     "official_exact_match",
+    "paired_exact_match",
     "regex_match",
     "sign_test",
 ]
