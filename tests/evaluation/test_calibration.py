@@ -23,7 +23,8 @@ def synthetic(n: int = 2000, seed: int = 0):
     features = torch.randn(n, len(CALIBRATION_FEATURES), generator=generator, dtype=torch.float64)
     features[:, 2] = features[:, 2] * 3 + 4  # margin: mean 4, std 3
     true_probability = torch.sigmoid(1.5 * (features[:, 2] - 4) / 3 - 0.5)
-    correct = torch.rand(n, generator=generator, dtype=torch.float64) < true_probability
+    # the labels from a generator of their own: the same draws whatever the number of features
+    correct = torch.rand(n, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64) < true_probability
     return features, correct, true_probability
 
 

@@ -788,9 +788,20 @@ def test_questions_naming_a_kind_get_a_span_the_corpus_says_is_one(open_qa):
     assert open_qa([question, "Where does the Nile flow?"])[0] == open_qa(question)
     # the confidence features measure the promoted span as the reader ranks it, among every span (the kind columns
     # repeat the plain ones), not among the few titles of the kind: that made a second-ranked span sure of itself
-    features = open_qa.forward(open_qa.preprocess(question), top_k=1)["features"][0, 0]
-    assert torch.equal(features[-len(KIND_FEATURE_COLUMNS) :], features[list(KIND_FEATURE_COLUMNS)])
-    assert features[2] <= 0  # its margin over the span the reader ranked first
+    top = 8
+    features = open_qa.forward(open_qa.preprocess(question), top_k=top)["features"][0]
+    kind_columns = [CALIBRATION_FEATURES.index(name) for name in
+                    ("log_kind_span_probability", "kind_margin", "log_kind_answer_probability")]  # fmt: skip
+    assert torch.equal(features[0, kind_columns], features[0, list(KIND_FEATURE_COLUMNS)])
+    assert features[0, 2] <= 0  # its margin over the span the reader ranked first
+    # and a feature says the rule put it there: 1 for the answers that are titles of the kind asked, 0 for the rest
+    promoted = CALIBRATION_FEATURES.index("typed_promoted")
+    typed = [float("city" in (types.types(answer["answer"]) or ())) for answer in preferred[:top]]
+    assert features[:, promoted].tolist() == typed and typed[0] == 1.0 and 0.0 in typed
+    unpromoted = open_qa.forward(open_qa.preprocess(question), top_k=top, prefer_typed_answers=False)["features"][0]
+    assert unpromoted[:, promoted].tolist() == [0.0] * top
+    for other in ("Where does the Nile flow?", "Which river flows through Paris?"):  # the rule left them as they were
+        assert open_qa.forward(open_qa.preprocess(other), top_k=3)["features"][0, :, promoted].tolist() == [0.0] * 3
 
 
 def test_unknown_names_are_capitalised_question_words_no_block_holds():

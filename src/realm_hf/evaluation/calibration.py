@@ -4,7 +4,8 @@ The "open-qa" pipeline computes, for every answer, the features in [`CALIBRATION
 has: the answer's probability among all (block, span) pairs read, its logit, the margin to the next best span, the
 probability of its block among the blocks read (a softmax of the retrieval logits), the best retrieval logit, the
 share of the question's words in the answer's block (plain, and weighted by each word's rarity in the corpus), and the
-answer's probability summed over the blocks that hold it. A
+answer's probability summed over the blocks that hold it; the span, margin and answer probability again among the spans
+of the kind the question asks for (a number, a year, a name); and whether the typed rule put the answer first. A
 [`Calibration`] is a logistic (Platt-style) model over those features, fitted on dev answers labelled correct or not
 (unanswerable questions count as not correct) by [`fit_calibration`]; `confidence = sigmoid(w . standardized(x) + b)`
 lies in [0, 1], and an answer is abstained when its confidence is below `threshold`, chosen on dev by
@@ -57,6 +58,10 @@ CALIBRATION_FEATURES = (
     "log_kind_span_probability",
     "kind_margin",
     "log_kind_answer_probability",
+    # 1 where the pipeline's typed rule put this answer first (a title of the kind the question names, over the span
+    # the reader ranked first: "In which country is Machu Picchu?" Peru over Cusco), else 0. The kind features read
+    # the promoted answer as the reader ranks it, below the span it displaced; this says it was promoted.
+    "typed_promoted",
 )
 MAX_MARGIN = 20.0
 

@@ -405,10 +405,14 @@ class OpenQAPipeline(Pipeline):
         if bool(kind_demoted.any()):  # among those spans: the same numbers, renormalised
             kind_logits = logits.masked_fill(kind_demoted.view(batch_size, -1), float("-inf"))
             kind = features(kind_logits, kind_logits.softmax(dim=-1))
+        # typed_promoted: the typed rule reordered this question (it demoted more than the kind rules) and kept this
+        # answer among the titles of the kind asked for.
+        promoted = (demoted != kind_demoted).view(batch_size, -1).any(dim=-1, keepdim=True)  # (B, 1)
+        typed_promoted = (promoted & ~demoted.view(batch_size, -1).gather(1, best)).to(plain.dtype)  # (B, k)
         # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
         return {
             "scores": probabilities.gather(1, best),  # (B, k)
-            "features": torch.cat([plain, kind[..., list(KIND_FEATURE_COLUMNS)]], dim=-1),
+            "features": torch.cat([plain, kind[..., list(KIND_FEATURE_COLUMNS)], typed_promoted[..., None]], dim=-1),
             "valid": span_mask.view(batch_size, -1).gather(1, best),  # (B, k)
             "block_index": block_index,  # (B, k), into the R blocks read
             "start_token": spans.candidate_starts[candidate],  # (B, k), in the reader input
