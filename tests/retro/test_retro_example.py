@@ -138,3 +138,20 @@ def test_retro_factbook_smoke(tmp_path):
     assert "training RETRO from scratch" not in again.stdout and "embedding" not in again.stdout
     rerun = json.loads((tmp_path / "results.json").read_text())
     assert rerun["held_out_bits_per_byte"] == bits and rerun["database_scaling"] == scaling
+
+
+def test_the_gpu_evidence_script_runs_every_stage_with_flags_the_example_takes(tmp_path):
+    # examples/retro_bible_gpu.sh with PY=echo prints its commands instead of running them: each must parse, and the
+    # two RETROs must differ only in the copy curriculum.
+    example = _example()
+    printed = subprocess.run(["bash", "examples/retro_bible_gpu.sh", str(tmp_path / "run")], cwd=ROOT,
+                             capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PY": "echo"})  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    commands = [line.split()[1:] for line in printed.stdout.splitlines()]
+    parsed = [example.parse_args(command) for command in commands]
+    assert [args.stage for args in parsed] == ["data", "scaling", "base", "scratch", "scratch", "evaluate", "evaluate"]
+    assert {args.corpus for args in parsed} == {"bible"} and {args.scratch_steps for args in parsed} == {2400}
+    plain, curriculum = parsed[3], parsed[4]
+    assert plain.copy_steps == 0 and curriculum.copy_steps == 800 and curriculum.copy_shift == 16
+    assert plain.output_dir.endswith("/a") and curriculum.output_dir.endswith("/b") and plain.device == "cuda"
+    assert (tmp_path / "run" / "b" / "base").is_symlink()  # B is evaluated against A's base model
