@@ -184,6 +184,20 @@ def test_ask_top_k_prints_ranked_answers(demo_dir, capsys):
     assert out.count("Q: ") == 1 and "A: " in out and "A2: " in out and out.count("evidence [block ") == 2
 
 
+def test_ask_reads_unquoted_words_as_one_question(demo_dir, capsys):
+    # `realm-hf ask Who wrote Hamlet?`: the shell splits the question at its spaces
+    assert main(["ask", "--model", str(demo_dir), "--json", "Who", "wrote", "Hamlet?"]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line)["question"] for line in captured.out.splitlines()] == ["Who wrote Hamlet?"]
+    assert "read the 3 words as one question, 'Who wrote Hamlet?'" in captured.err
+    # quoted questions stay questions of their own, and so does one word
+    assert main(["ask", "--model", str(demo_dir), "--json", "Who wrote Hamlet?", "Where is Rome?"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2 and "words as one question" not in captured.err
+    assert main(["ask", "--model", str(demo_dir), "--json", "Hamlet?"]) == 0
+    assert "words as one question" not in capsys.readouterr().err
+
+
 def test_ask_rejects_a_top_k_below_one(demo_dir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["ask", "--model", str(demo_dir), "--top-k", "0", "q?"])

@@ -184,7 +184,10 @@ def cmd_demo(args) -> int:
             print(f"realm-minilm-factbook ({directory}): a REALM/ORQA model trained by this project over 43,829 "
                   "Wikipedia and CIA World Factbook passages, all offline.\n", file=sys.stderr)  # fmt: skip
             model, retriever = _load(str(directory))
-            _print_answers(answer_questions(model, retriever, args.questions or DEFAULT_QUESTIONS), as_json=False)
+            _print_answers(
+                answer_questions(model, retriever, questions_from_arguments(args.questions) or DEFAULT_QUESTIONS),
+                as_json=False,
+            )
             print(f'try: realm-hf ask "What is the capital of Peru?"   (model: {directory})')
             return 0
         print("(the default model is not in this installation; using the untrained demo model)\n", file=sys.stderr)
@@ -197,7 +200,9 @@ def cmd_demo(args) -> int:
         "right.\n"
     )
     model, retriever = _load(str(directory))
-    _print_answers(answer_questions(model, retriever, args.questions or DEMO_QUESTIONS), as_json=False)
+    _print_answers(
+        answer_questions(model, retriever, questions_from_arguments(args.questions) or DEMO_QUESTIONS), as_json=False
+    )
     print(f'model, tokenizer and retriever saved in {directory}; try: realm-hf ask --model {directory} "..."')
     return 0
 
@@ -221,10 +226,23 @@ def read_questions(stream) -> list[str]:
     return questions
 
 
+def questions_from_arguments(arguments: list[str]) -> list[str]:
+    """The questions given as arguments. Several arguments of one word each are one question the shell split at its
+    spaces (`realm-hf ask Who wrote Hamlet?`): they are asked as one, with a note on stderr. Arguments with spaces in
+    them are one question each."""
+    words = [argument.strip() for argument in arguments]
+    if len(words) > 1 and all(word and not any(character.isspace() for character in word) for word in words):
+        question = " ".join(words)
+        print(f"(read the {len(words)} words as one question, {question!r}; to ask several, quote each one)",
+              file=sys.stderr)  # fmt: skip
+        return [question]
+    return list(arguments)
+
+
 def cmd_ask(args) -> int:
     from realm_hf.errors import UsageError
 
-    questions = list(args.questions)
+    questions = questions_from_arguments(args.questions)
     if not questions:
         if sys.stdin.isatty():
             raise UsageError("expected questions as arguments or on standard input (one per line), received none")
