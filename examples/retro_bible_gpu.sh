@@ -5,8 +5,8 @@
 #
 #   bash examples/retro_bible_gpu.sh [OUTPUT_DIR]        # default outputs/retro_bible_gpu; rerun to resume
 #
-# The data and scaling stages run first, on the CPU (MiniLM keys for 59,861 chunks: ~20 min on 2 busy cores); the training
-# and evaluate stages read neither the keys nor MiniLM, so OUTPUT_DIR/a may be copied to a GPU machine without
+# The data and scaling stages run first, on the CPU (MiniLM keys for 59,861 chunks: ~20 min on 2 busy cores); the
+# training and evaluate stages read neither the keys nor MiniLM, so OUTPUT_DIR/a may be copied to a GPU machine without
 # keys.safetensors and database/index/ (how session 19 ran it). Results: OUTPUT_DIR/{a,b}/results.json; B is the
 # run of docs/retro.md and examples/results/retro_bible_gpu.json. DEVICE=cpu runs it all on the CPU (days on 2 cores).
 set -eu
