@@ -324,9 +324,10 @@ def build_scaling(args, corpus: dict, chunks, eval_chunks, output: Path, wiki=No
     tensors = load_file(str(path))
     databases = [{"name": name, "mask": tensors[f"{index}.mask"], "neighbours": tensors[f"{index}.neighbours"]}
                  for index, name in enumerate(names)]  # fmt: skip
-    if wiki_chunks is None and databases[0]["mask"].shape[0] > len(chunks):
+    with_wiki = databases[0]["mask"].shape[0] > len(chunks)  # the masks run over the summaries' chunks too
+    if with_wiki and wiki_chunks is None:
         raise SystemExit(f"{path} was made with the Wikipedia summaries: {output / 'wiki.safetensors'} is missing.")
-    return databases, combined_chunks(chunks, wiki_chunks if databases[0]["mask"].shape[0] > len(chunks) else None)
+    return databases, combined_chunks(chunks, wiki_chunks if with_wiki else None)
 
 
 def evaluated_bytes(tokens: list[dict], corpus: dict, eval_chunks, windows, chunk_size: int) -> int:
@@ -600,8 +601,9 @@ def main(argv=None) -> int:
     print(f"{len(tokens)} pages, {sum(len(d['ids']) for d in tokens):,} tokens, {len(corpus['held_out'])} held out")
     chunks, train_neighbours, eval_chunks, eval_neighbours = build_database(args, corpus, tokens, bert, output)
     print(f"database: {len(chunks):,} chunks of {args.chunk_size} tokens; {len(eval_chunks)} held-out chunks")
-    wiki = None
-    if args.wiki_documents != 0 and (runs("wiki") or (output / "wiki.safetensors").exists()):
+    wiki = None  # built by the wiki stage; read again only by the stages that plan or evaluate the scaling
+    wiki_built = (output / "wiki.safetensors").exists() and (runs("scaling") or runs("evaluate"))
+    if args.wiki_documents != 0 and (runs("wiki") or wiki_built):
         wiki = build_wiki(args, tokenizer, bert, output, first_document_id=len(tokens))
     if runs("scaling"):
         build_scaling(args, corpus, chunks, eval_chunks, output, wiki)
