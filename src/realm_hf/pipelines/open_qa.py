@@ -484,11 +484,10 @@ class OpenQAPipeline(Pipeline):
         """`compute(records)` of the retriever's block records, worked out once per corpus and kept under `name`: again
         only when another index has been attached since."""
         records = self.retriever.block_records
-        cached = self._corpus_cache.get(name) if hasattr(self, "_corpus_cache") else None
+        cache = self.__dict__.setdefault("_corpus_cache", {})
+        cached = cache.get(name)
         if cached is None or cached[0] is not records:
-            if not hasattr(self, "_corpus_cache"):
-                self._corpus_cache = {}
-            self._corpus_cache[name] = cached = (records, compute(records))
+            cache[name] = cached = (records, compute(records))
         return cached[1]
 
     def _answer_types(self) -> AnswerTypes:
