@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from realm_hf.evaluation.metrics import sign_test
+from realm_hf.evaluation.metrics import paired_exact_match
 
 SECTIONS = ("Government/", "Geography/Elevation", "Economy/Exchange rates", "Communications/Internet country code",
             "Introduction/")  # fmt: skip
@@ -164,10 +164,9 @@ def compare(passages: dict[str, list[list[str]]], answers: list, ks=(1, 5, 20), 
     (first, first_found), (second, second_found) = list(passages.items())[:2]
     hits = [[any(has_answer(text, gold) for text in found[:paired_k]) for found, gold in zip(runs, answers, strict=True)]
             for runs in (first_found, second_found)]  # fmt: skip
-    only_second = sum(b and not a for a, b in zip(*hits, strict=True))
-    only_first = sum(a and not b for a, b in zip(*hits, strict=True))
-    results[f"paired@{paired_k}"] = {f"only {second}": only_second, f"only {first}": only_first,
-                                     "sign_test_p": sign_test(only_second, only_first)}  # fmt: skip
+    paired = paired_exact_match(hits[1], hits[0])  # per question: 1 where the answer is in the first paired_k
+    results[f"paired@{paired_k}"] = {f"only {second}": paired["wins"], f"only {first}": paired["losses"],
+                                     "sign_test_p": paired["sign_test_p"]}  # fmt: skip
     return results
 
 
