@@ -48,13 +48,16 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def answers_of(model_dir: Path, files: dict[str, list[dict]], batch_size: int, options: dict) -> dict[str, list[dict]]:
+def open_qa_of(model_dir: Path):
     from transformers import pipeline
 
     from realm_hf.default_model import load_open_qa
 
     model, retriever = load_open_qa(model_dir)
-    open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
+    return pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
+
+
+def answers_of(open_qa, files: dict[str, list[dict]], batch_size: int, options: dict) -> dict[str, list[dict]]:
     return {name: open_qa([row["question"] for row in rows], batch_size=batch_size, **options)
             for name, rows in files.items()}  # fmt: skip
 
@@ -95,8 +98,10 @@ def main(argv=None) -> int:
     from realm_hf.evaluation.metrics import exact_match
 
     files = question_files(args)
-    old = answers_of(args.old, files, args.batch_size, args.old_options)
-    new = answers_of(args.new or args.old, files, args.batch_size, args.new_options)
+    old_qa = open_qa_of(args.old)
+    new_qa = old_qa if args.new is None or args.new == args.old else open_qa_of(args.new)  # one model, loaded once
+    old = answers_of(old_qa, files, args.batch_size, args.old_options)
+    new = answers_of(new_qa, files, args.batch_size, args.new_options)
     total_wins = total_losses = 0
     report = {}
     for name, rows in files.items():
