@@ -149,9 +149,15 @@ def test_the_gpu_evidence_script_runs_every_stage_with_flags_the_example_takes(t
     assert printed.returncode == 0, printed.stderr
     commands = [line.split()[1:] for line in printed.stdout.splitlines()]
     parsed = [example.parse_args(command) for command in commands]
-    assert [args.stage for args in parsed] == ["data", "scaling", "base", "scratch", "scratch", "evaluate", "evaluate"]
+    # data and scaling first, then the three trainings side by side (started together: printed in any order), then
+    # the two evaluations
+    assert [args.stage for args in parsed[:2]] == ["data", "scaling"]
+    assert [args.stage for args in parsed[5:]] == ["evaluate", "evaluate"]
+    side_by_side = sorted(parsed[2:5], key=lambda args: (args.stage, args.output_dir))
+    assert [(args.stage, args.output_dir[-1]) for args in side_by_side] == [("base", "a"), ("scratch", "a"),
+                                                                            ("scratch", "b")]  # fmt: skip
     assert {args.corpus for args in parsed} == {"bible"} and {args.scratch_steps for args in parsed} == {2400}
-    plain, curriculum = parsed[3], parsed[4]
+    plain, curriculum = side_by_side[1], side_by_side[2]
     assert plain.copy_steps == 0 and curriculum.copy_steps == 800 and curriculum.copy_shift == 16
     assert plain.output_dir.endswith("/a") and curriculum.output_dir.endswith("/b") and plain.device == "cuda"
     assert (tmp_path / "run" / "b" / "base").is_symlink()  # B is evaluated against A's base model
