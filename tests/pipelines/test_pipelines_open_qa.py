@@ -449,6 +449,27 @@ def test_bad_questions_name_expected_and_received(open_qa):
         open_qa(["Who wrote Hamlet?", "caf\udce9"])
 
 
+def test_a_question_by_keyword_or_in_a_dict_is_answered_as_the_plain_question(open_qa):
+    plain = open_qa(QUESTIONS[:2], top_k=2)
+    assert open_qa(question=QUESTIONS[0], top_k=2) == plain[0]
+    assert open_qa({"question": QUESTIONS[1], "answers": ["Shakespeare"]}, top_k=2) == plain[1]
+    assert open_qa([{"question": QUESTIONS[0]}, QUESTIONS[1]], top_k=2) == plain
+    # rows streamed from a generator (as a datasets.Dataset iterates) are read the same way
+    assert list(open_qa(({"question": question} for question in QUESTIONS[:2]), top_k=2)) == plain
+
+
+def test_a_question_given_twice_none_or_in_a_dict_without_one_is_refused(open_qa):
+    with pytest.raises(TypeError, match="positionally or as question=, not both"):
+        open_qa(QUESTIONS[0], question=QUESTIONS[1])
+    with pytest.raises(TypeError, match="expects a question or a list of questions, got none"):
+        open_qa()
+    with pytest.raises(TypeError, match=r"questions\[1\]: expected a question as str or a dict with a 'question' "
+                                        r"key, received a dict with keys \['query'\]"):  # fmt: skip
+        open_qa([QUESTIONS[0], {"query": QUESTIONS[1]}])
+    with pytest.raises(ValueError, match=r"the question\['question'\]: expected a question, received an empty"):
+        open_qa({"question": ""})
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

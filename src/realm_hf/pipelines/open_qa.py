@@ -175,12 +175,17 @@ class OpenQAPipeline(Pipeline):
         """The [`Retriever`] whose block records the answers come from (also `pipeline.model.retriever`)."""
         return self.model.retriever
 
-    def __call__(self, questions: str | list[str], **kwargs):
+    def __call__(
+        self, questions: str | dict | list[str | dict] | None = None, *, question: str | None = None, **kwargs
+    ):
         r"""
         Answers one question or a list of questions.
 
         Args:
-            questions (`str` or `list[str]`): the question(s).
+            questions (`str` or `list[str]`): the question(s). A dict with a `"question"` key stands for its question
+                (a row of a question file or a `datasets.Dataset`: `qa(list(dataset))`); its other keys are ignored.
+            question (`str`, *optional*): one question, by keyword (`qa(question="Who wrote Hamlet?")`), as for the
+                "question-answering" pipeline.
             top_k (`int`, *optional*): answers per question (default: the pipeline's, 1).
             max_question_length (`int`, *optional*): question tokens kept (default: `config.searcher_seq_len`).
             batch_size (`int`, *optional*): questions per forward pass.
@@ -207,16 +212,23 @@ class OpenQAPipeline(Pipeline):
             For one question, a dict (`top_k=1`) or a list of dicts, best first; for a list, a list of those. See
             [`OpenQAPipeline`] for the keys.
         """
+        if question is not None:
+            if questions is not None:
+                raise TypeError(
+                    "the open-qa pipeline takes its questions once: positionally or as question=, not both"
+                )
+            questions = question
+        if questions is None:
+            raise TypeError("the open-qa pipeline expects a question or a list of questions, got none")
         if isinstance(questions, tuple):
             questions = list(questions)
         if isinstance(questions, list):
             if not questions:
                 raise ValueError("the open-qa pipeline expects a question or a non-empty list of questions, got [].")
-            for index, question in enumerate(questions):
-                _check_question(question, f"questions[{index}]")
+            questions = [_question_text(item, f"questions[{index}]") for index, item in enumerate(questions)]
         elif not isinstance(questions, (Iterator, TorchDataset)):
             # Generators and datasets stream, and `preprocess` checks each of their questions.
-            _check_question(questions, "the question")
+            questions = _question_text(questions, "the question")
         return super().__call__(questions, **kwargs)
 
     def _sanitize_parameters(
@@ -278,7 +290,7 @@ class OpenQAPipeline(Pipeline):
     def preprocess(
         self, question: str, max_question_length: int | None = None, abstain_on_unknown_names: bool | None = None
     ) -> dict:
-        _check_question(question, "the question")
+        question = _question_text(question, "the question")
         config = self.model.config
         max_length = min(max_question_length or config.searcher_seq_len, config.max_position_embeddings)
         inputs = dict(encode_question(self.tokenizer, question, max_length))
@@ -695,8 +707,16 @@ class OpenQAPipeline(Pipeline):
             calibration.save(save_directory)
 
 
-def _check_question(question, name: str) -> None:
-    check_question(question, name)
+def _question_text(item, name: str) -> str:
+    """The question `item` asks: itself, or a dict's `"question"`; checked ([`check_question`])."""
+    if isinstance(item, dict):
+        if "question" not in item:
+            raise TypeError(
+                f"{name}: expected a question as str or a dict with a 'question' key, received a dict with keys "
+                f"{sorted(map(str, item))!r:.120}"
+            )
+        item, name = item["question"], f"{name}['question']"
+    return check_question(item, name)
 
 
 def _as_calibration(calibration) -> Calibration:
