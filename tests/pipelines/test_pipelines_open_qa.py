@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -454,8 +455,12 @@ def test_a_question_by_keyword_or_in_a_dict_is_answered_as_the_plain_question(op
     assert open_qa(question=QUESTIONS[0], top_k=2) == plain[0]
     assert open_qa({"question": QUESTIONS[1], "answers": ["Shakespeare"]}, top_k=2) == plain[1]
     assert open_qa([{"question": QUESTIONS[0]}, QUESTIONS[1]], top_k=2) == plain
-    # rows streamed from a generator (as a datasets.Dataset iterates) are read the same way
+    # rows streamed from a generator are read the same way, and a datasets.Dataset streams its "question" column
     assert list(open_qa(({"question": question} for question in QUESTIONS[:2]), top_k=2)) == plain
+    dataset = datasets.Dataset.from_list([{"question": question, "answers": []} for question in QUESTIONS[:2]])
+    assert list(open_qa(dataset, top_k=2)) == plain
+    with pytest.raises(TypeError, match=r"reads a dataset's 'question' column; this one has \['query', 'answers'\]"):
+        open_qa(dataset.rename_column("question", "query"))
 
 
 def test_a_question_given_twice_none_or_in_a_dict_without_one_is_refused(open_qa):

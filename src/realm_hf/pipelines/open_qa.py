@@ -44,6 +44,7 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch.utils.data import Dataset as TorchDataset
 from transformers import Pipeline
+from transformers.pipelines.pt_utils import KeyDataset
 from transformers.utils import logging
 
 from ..evaluation.calibration import CALIBRATION_FEATURES, CALIBRATION_FILE, MAX_MARGIN, Calibration
@@ -183,7 +184,8 @@ class OpenQAPipeline(Pipeline):
 
         Args:
             questions (`str` or `list[str]`): the question(s). A dict with a `"question"` key stands for its question
-                (a row of a question file or a `datasets.Dataset`: `qa(list(dataset))`); its other keys are ignored.
+                (a row of a question file); its other keys are ignored. A `datasets.Dataset` streams its `"question"`
+                column (the answers come back as an iterator, one per row, as for `KeyDataset(dataset, "question")`).
             question (`str`, *optional*): one question, by keyword (`qa(question="Who wrote Hamlet?")`), as for the
                 "question-answering" pipeline.
             top_k (`int`, *optional*): answers per question (default: the pipeline's, 1).
@@ -222,6 +224,12 @@ class OpenQAPipeline(Pipeline):
             raise TypeError("the open-qa pipeline expects a question or a list of questions, got none")
         if isinstance(questions, tuple):
             questions = list(questions)
+        if _is_hf_dataset(questions):  # its "question" column streams, as KeyDataset(dataset, "question") would
+            if "question" not in questions.column_names:
+                raise TypeError(
+                    f"the open-qa pipeline reads a dataset's 'question' column; this one has {questions.column_names}"
+                )
+            questions = KeyDataset(questions, "question")
         if isinstance(questions, list):
             if not questions:
                 raise ValueError("the open-qa pipeline expects a question or a non-empty list of questions, got [].")
@@ -705,6 +713,11 @@ class OpenQAPipeline(Pipeline):
         calibration = self._calibration()
         if calibration is not None:  # the confidence and the abstention threshold travel with the model
             calibration.save(save_directory)
+
+
+def _is_hf_dataset(value) -> bool:
+    """Whether `value` is a `datasets.Dataset` (told without importing `datasets`)."""
+    return type(value).__module__.startswith("datasets.") and hasattr(value, "column_names")
 
 
 def _question_text(item, name: str) -> str:
