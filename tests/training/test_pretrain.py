@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from transformers import TrainingArguments
 
 from realm_hf import RealmEmbedder, RealmForOpenQA, RealmKnowledgeAugEncoder, RealmTokenizer
+from realm_hf.cli.main import main as cli_main
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
 from realm_hf.retrieval import DocumentStore, ExactSearcher, block_text, build_index, embed_blocks
 from realm_hf.training import (
@@ -485,31 +486,30 @@ def test_cli_pretrain_with_a_separate_question_encoder(setup, query_embedder_dir
     _index_matches(setup, model, tmp_path / "out" / "index")
 
 
-def test_cli_pretrain_checks_sentence_titles_and_retriever_options(setup, tmp_path):
+def test_cli_pretrain_checks_sentence_titles_and_retriever_options(setup, tmp_path, capsys):
     """A run resumed with another --sentence-title would mix two kinds of examples: refused, naming both settings;
-    a negative --retriever-start-step is an argparse error naming the value."""
+    a negative --retriever-start-step is an argparse error naming the value. (In process: `main` is what the
+    command runs, and a process of its own costs ~10 s of imports per case.)"""
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "sentences.jsonl").write_text(json.dumps({"text": "In 1990.", "block_id": 0}) + "\n")
-    command = [sys.executable, "-m", "realm_hf.cli", "pretrain", "--embedder", str(setup["root"] / "embedder"),
-               "--documents", str(setup["root"] / "documents"), "--output-dir", str(tmp_path / "out"),
-               "--max-steps", "1"]  # fmt: skip
-    result = subprocess.run([*command, "--sentence-title"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1 and "written without sentence titles" in result.stderr
-    assert "asks for them on (--sentence-title)" in result.stderr
-    result = subprocess.run([*command, "--retriever-start-step", "-3"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "expected an integer >= 0, got '-3'" in result.stderr
-    result = subprocess.run(
-        [*command, "--retriever-learning-rate", "nan"], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 2 and "expected a number >= 0, got 'nan'" in result.stderr
+    command = ["pretrain", "--embedder", str(setup["root"] / "embedder"), "--documents", str(setup["root"] / "documents"),
+               "--output-dir", str(tmp_path / "out"), "--max-steps", "1"]  # fmt: skip
+    assert cli_main([*command, "--sentence-title"]) == 1
+    stderr = capsys.readouterr().err
+    assert "written without sentence titles" in stderr and "asks for them on (--sentence-title)" in stderr
+    for flag, value, message in [("--retriever-start-step", "-3", "expected an integer >= 0, got '-3'"),
+                                 ("--retriever-learning-rate", "nan", "expected a number >= 0, got 'nan'")]:  # fmt: skip
+        with pytest.raises(SystemExit) as usage_error:
+            cli_main([*command, flag, value])
+        assert usage_error.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_cli_pretrain_reports_a_missing_corpus(setup, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "realm_hf.cli", "pretrain", "--embedder",
-                             str(setup["root"] / "embedder"), "--documents", str(tmp_path / "nothing"),
-                             "--output-dir", str(tmp_path / "out"), "--max-steps", "1"],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert result.returncode == 1 and "realm-hf pretrain:" in result.stderr and "nothing" in result.stderr
+def test_cli_pretrain_reports_a_missing_corpus(setup, tmp_path, capsys):
+    command = ["pretrain", "--embedder", str(setup["root"] / "embedder"), "--documents", str(tmp_path / "nothing"),
+               "--output-dir", str(tmp_path / "out"), "--max-steps", "1"]  # fmt: skip
+    assert cli_main(command) == 1
+    stderr = capsys.readouterr().err
+    assert "realm-hf pretrain:" in stderr and "nothing" in stderr
 
 
 def test_parts_saved_in_fp16_load_in_fp32(setup, tmp_path):
