@@ -459,6 +459,9 @@ def test_a_question_by_keyword_or_in_a_dict_is_answered_as_the_plain_question(op
     assert list(open_qa(({"question": question} for question in QUESTIONS[:2]), top_k=2)) == plain
     dataset = datasets.Dataset.from_list([{"question": question, "answers": []} for question in QUESTIONS[:2]])
     assert list(open_qa(dataset, top_k=2)) == plain
+    assert list(open_qa(dataset.to_iterable_dataset(), top_k=2)) == plain  # streamed rows
+    with pytest.raises(TypeError, match=r"not a DatasetDict of splits \['dev'\]: pass one, as dataset\['dev'\]"):
+        open_qa(datasets.DatasetDict(dev=dataset))
     with pytest.raises(TypeError, match=r"reads a dataset's 'question' column; this one has \['query', 'answers'\]"):
         open_qa(dataset.rename_column("question", "query"))
 

@@ -224,12 +224,8 @@ class OpenQAPipeline(Pipeline):
             raise TypeError("the open-qa pipeline expects a question or a list of questions, got none")
         if isinstance(questions, tuple):
             questions = list(questions)
-        if _is_hf_dataset(questions):  # its "question" column streams, as KeyDataset(dataset, "question") would
-            if "question" not in questions.column_names:
-                raise TypeError(
-                    f"the open-qa pipeline reads a dataset's 'question' column; this one has {questions.column_names}"
-                )
-            questions = KeyDataset(questions, "question")
+        if _is_hf_dataset(questions):
+            questions = _dataset_questions(questions)
         if isinstance(questions, list):
             if not questions:
                 raise ValueError("the open-qa pipeline expects a question or a non-empty list of questions, got [].")
@@ -716,8 +712,23 @@ class OpenQAPipeline(Pipeline):
 
 
 def _is_hf_dataset(value) -> bool:
-    """Whether `value` is a `datasets.Dataset` (told without importing `datasets`)."""
+    """Whether `value` is one of `datasets`' datasets (told without importing `datasets`)."""
     return type(value).__module__.startswith("datasets.") and hasattr(value, "column_names")
+
+
+def _dataset_questions(dataset):
+    """What the pipeline streams of a `datasets` dataset: a `Dataset`'s "question" column, as `KeyDataset(dataset,
+    "question")` would; an `IterableDataset`'s rows, whose "question" `preprocess` reads. A `DatasetDict` of splits is
+    refused, naming them."""
+    columns, kind = dataset.column_names, type(dataset).__name__
+    if isinstance(columns, dict):
+        raise TypeError(
+            f"the open-qa pipeline reads one dataset, not a {kind} of splits {list(columns)}: pass one, as "
+            f"dataset[{next(iter(columns), 'train')!r}]"
+        )
+    if columns is not None and "question" not in columns:
+        raise TypeError(f"the open-qa pipeline reads a dataset's 'question' column; this one has {columns}")
+    return KeyDataset(dataset, "question") if hasattr(dataset, "__len__") else iter(dataset)
 
 
 def _question_text(item, name: str) -> str:
