@@ -124,36 +124,36 @@ def test_ask_with_hybrid_and_bm25_searchers(demo_dir, capsys):
 
 def test_ask_keeps_the_models_own_searcher_unless_told(demo_dir):
     skip_without_bm25s()
-    from realm_hf.cli.main import _choose_searcher
+    from realm_hf.cli.arguments import choose_searcher
     from realm_hf.loading import load_open_qa
     from realm_hf.retrieval import ExactSearcher, HybridSearcher
     from realm_hf.retrieval.hybrid import hybrid_searcher_for
 
     model, _ = load_open_qa(demo_dir)
     own = model.searcher = hybrid_searcher_for(model, bm25_fraction=0.6)  # as a searcher.json would set it
-    _choose_searcher(model, None, None)
+    choose_searcher(model, None, None)
     assert model.searcher is own
-    _choose_searcher(model, None, 0.2)  # a new share of BM25 slots, the same BM25 index
+    choose_searcher(model, None, 0.2)  # a new share of BM25 slots, the same BM25 index
     assert isinstance(model.searcher, HybridSearcher) and model.searcher.bm25_fraction == 0.2
     assert model.searcher.bm25 is own.bm25
-    _choose_searcher(model, "bm25", None)
+    choose_searcher(model, "bm25", None)
     assert model.searcher.bm25_fraction == 1.0
-    _choose_searcher(model, "dense", None)
+    choose_searcher(model, "dense", None)
     assert isinstance(model.searcher, ExactSearcher)
-    _choose_searcher(model, "hybrid", None)  # from dense: the documented default share
+    choose_searcher(model, "hybrid", None)  # from dense: the documented default share
     assert model.searcher.bm25_fraction == 0.4
     # --bm25-weight: a weighted hybrid keeps its weight unless told; BM25's candidates alone get none by default
     own = model.searcher = hybrid_searcher_for(model, bm25_fraction=0.6, bm25_weight=3.0)
-    _choose_searcher(model, None, 0.2)
+    choose_searcher(model, None, 0.2)
     assert (model.searcher.bm25_fraction, model.searcher.bm25_weight) == (0.2, 3.0)
-    _choose_searcher(model, None, None, 0.5)
+    choose_searcher(model, None, None, 0.5)
     assert (model.searcher.bm25_fraction, model.searcher.bm25_weight) == (0.2, 0.5)
-    _choose_searcher(model, "bm25", None)
+    choose_searcher(model, "bm25", None)
     assert model.searcher.bm25_weight == 0.0
-    _choose_searcher(model, "hybrid", None, 4.0)
+    choose_searcher(model, "hybrid", None, 4.0)
     assert model.searcher.bm25_weight == 4.0 and model.searcher.bm25 is own.bm25
     model.searcher = None  # the 4.x layout: no index, block_emb in the model; "dense" leaves it so
-    _choose_searcher(model, "dense", None)
+    choose_searcher(model, "dense", None)
     assert model.searcher is None
 
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from conftest import skip_without_bm25s
 
 from realm_hf.cli.main import main
 from realm_hf.demo import ensure_demo_model, load_demo_corpus
@@ -61,6 +62,33 @@ def test_retrieve_goes_past_the_reader_beam_and_starts_with_the_blocks_read(demo
         read = system.model.score_spans(**inputs).retrieved_block_ids
     assert torch.equal(ids[:, : system.reader_beam_size], read[:, : system.reader_beam_size].cpu())
     assert [len(texts) for texts in system.retrieve(questions, 5)] == [5, 5]
+
+
+def test_evaluate_reads_the_blocks_of_the_searcher_asked_for(demo_dir, data_file, capsys):
+    """`--searcher bm25`: recall@k counts BM25's blocks, and the answers are those `ask --searcher bm25` gives (the same reader over BM25's blocks: the baseline the default model's card compares with)."""
+    skip_without_bm25s()
+    from realm_hf.evaluation.metrics import exact_match, has_answer
+    from realm_hf.retrieval.bm25 import BM25Searcher
+
+    rows = [json.loads(line) for line in data_file.read_text().splitlines()]
+    questions, answers = [row["question"] for row in rows], [row.get("answers", row.get("answer")) for row in rows]
+    answers = [[references] if isinstance(references, str) else references for references in answers]
+    assert main(["evaluate", "--model", str(demo_dir), "--data", str(data_file), "--k", "1,2", "--json",
+                 "--searcher", "bm25"]) == 0  # fmt: skip
+    metrics = json.loads(capsys.readouterr().out)
+    records = RealmOpenQASystem.from_pretrained(demo_dir).retriever.block_records
+    texts = [records[index].decode() for index in range(len(records))]
+    found = BM25Searcher.from_documents(texts).search_text(questions, 2).ids.tolist()
+    # the deepest cut-off holds BM25's first 2 blocks (in the order the model's relevance gives them, as it reads them)
+    hits = [any(has_answer(texts[block], references) for block in ids) for ids, references in zip(found, answers)]
+    assert metrics["recall@2"] == pytest.approx(sum(hits) / len(hits))
+    assert main(["evaluate", "--model", str(demo_dir), "--data", str(data_file), "--k", "1,2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recall@2"] != metrics["recall@2"]  # dense search finds others
+    assert main(["ask", "--model", str(demo_dir), "--json", "--searcher", "bm25", *questions]) == 0
+    asked = [json.loads(line)["answer"] for line in capsys.readouterr().out.splitlines()]
+    assert metrics["exact_match"] == pytest.approx(
+        sum(exact_match(answer, references) for answer, references in zip(asked, answers)) / len(rows)
+    )
 
 
 def test_evaluate_reports_bad_data(demo_dir, tmp_path, capsys):

@@ -116,6 +116,47 @@ def add_device_argument(parser: argparse.ArgumentParser, what: str, default: str
                              f"cuda or cuda:N (default: {default})")  # fmt: skip
 
 
+def add_searcher_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--searcher`, `--bm25-fraction`, `--bm25-weight`: which blocks a model reads (`ask`, `evaluate`); see
+    [`choose_searcher`]."""
+    parser.add_argument("--searcher", choices=("dense", "hybrid", "bm25"), default=None,
+                        help="which blocks are read: the model's dense search, the union of dense and BM25 candidates "
+                             "(hybrid), or BM25's alone; all scored by the model's own relevance (default: the "
+                             "model's own choice, its searcher.json, else dense)")  # fmt: skip
+    parser.add_argument("--bm25-fraction", type=unit_interval, default=None, metavar="F",
+                        help="with hybrid candidates, the share of the blocks read that BM25 chooses (default: the "
+                             "model's searcher.json, else 0.4)")  # fmt: skip
+    parser.add_argument("--bm25-weight", type=non_negative_float, default=None, metavar="W",
+                        help="with hybrid or BM25 candidates, add W x (BM25 score / the question's best) to each "
+                             "block's relevance (default: the model's searcher.json, else 0)")  # fmt: skip
+
+
+def choose_searcher(
+    model, searcher: str | None, bm25_fraction: float | None, bm25_weight: float | None = None
+) -> None:
+    """Sets which blocks `model` reads for `--searcher` / `--bm25-fraction` / `--bm25-weight`; `None` keeps the model's
+    own choice (its `searcher.json`: hybrid candidates, else dense)."""
+    from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
+
+    own = model.searcher
+    if searcher is None:
+        if (bm25_fraction is None and bm25_weight is None) or not isinstance(own, HybridSearcher):
+            return
+        searcher = "hybrid"
+    if searcher == "dense":
+        if isinstance(own, HybridSearcher):
+            model.searcher = own.dense
+        return
+    if searcher == "bm25":
+        bm25_fraction = 1.0
+    elif bm25_fraction is None:
+        bm25_fraction = own.bm25_fraction if isinstance(own, HybridSearcher) else 0.4
+    if bm25_weight is None:  # the model's own weight goes with its hybrid candidates; BM25's alone are scored as is
+        bm25_weight = own.bm25_weight if isinstance(own, HybridSearcher) and searcher == "hybrid" else 0.0
+    bm25 = own.bm25 if isinstance(own, HybridSearcher) else None
+    model.searcher = hybrid_searcher_for(model, bm25_fraction=bm25_fraction, bm25=bm25, bm25_weight=bm25_weight)
+
+
 def _number_at_least(value: str, parse, minimum: int, what: str):
     """`parse(value)` if it is a finite number >= `minimum`, else an argparse error that names what was received."""
     try:

@@ -5,7 +5,13 @@ import json
 import sys
 from pathlib import Path
 
-from .arguments import model_location, positive_int, without_weight_loading_bar
+from .arguments import (
+    add_searcher_arguments,
+    choose_searcher,
+    model_location,
+    positive_int,
+    without_weight_loading_bar,
+)
 
 HELP = """\
 Data: JSON lines, one question each: {"question": str, "answers": [str, ...]} (NQ-open) or {"question": str,
@@ -13,6 +19,7 @@ Data: JSON lines, one question each: {"question": str, "answers": [str, ...]} (N
 
   realm-hf evaluate --model google/realm-orqa-nq-openqa --data nq-test.jsonl --k 1,5,20,100
   realm-hf evaluate --model ./my-realm --data dev.jsonl --json --limit 200
+  realm-hf evaluate --data dev.jsonl --searcher bm25      # the same reader over BM25's blocks: a baseline
 """
 
 
@@ -99,6 +106,7 @@ def cmd_evaluate(args) -> int:
         print(f"realm-hf evaluate: error: could not load a REALM open-QA model from {source!r}: {error}",
               file=sys.stderr)  # fmt: skip
         return 1
+    choose_searcher(system.model, args.searcher, args.bm25_fraction, args.bm25_weight)
     if args.regex:
         import re
 
@@ -135,4 +143,5 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--batch-size", type=positive_int, default=8, help="questions per forward pass (default: 8)")
     evaluate.add_argument("--regex", action="store_true",
                           help="answers are regular expressions (CuratedTrec): regex match instead of exact match")  # fmt: skip
+    add_searcher_arguments(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)

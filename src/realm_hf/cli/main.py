@@ -11,9 +11,10 @@ from pathlib import Path
 from .arguments import (
     RealmHfArgumentParser,
     add_device_argument,
+    add_searcher_arguments,
+    choose_searcher,
     did_you_mean,
     model_location,
-    non_negative_float,
     positive_int,
     resolve_device,
     unit_interval,
@@ -43,32 +44,6 @@ examples:
   echo "who wrote hamlet?" | realm-hf ask --model ./my-realm
   realm-hf index build --corpus my.jsonl --output my-index && realm-hf ask --index my-index "..."
 """
-
-
-def _choose_searcher(
-    model, searcher: str | None, bm25_fraction: float | None, bm25_weight: float | None = None
-) -> None:
-    """Sets which blocks `model` reads for `--searcher` / `--bm25-fraction` / `--bm25-weight`; `None` keeps the model's
-    own choice (its `searcher.json`: hybrid candidates, else dense)."""
-    from realm_hf.retrieval.hybrid import HybridSearcher, hybrid_searcher_for
-
-    own = model.searcher
-    if searcher is None:
-        if (bm25_fraction is None and bm25_weight is None) or not isinstance(own, HybridSearcher):
-            return
-        searcher = "hybrid"
-    if searcher == "dense":
-        if isinstance(own, HybridSearcher):
-            model.searcher = own.dense
-        return
-    if searcher == "bm25":
-        bm25_fraction = 1.0
-    elif bm25_fraction is None:
-        bm25_fraction = own.bm25_fraction if isinstance(own, HybridSearcher) else 0.4
-    if bm25_weight is None:  # the model's own weight goes with its hybrid candidates; BM25's alone are scored as is
-        bm25_weight = own.bm25_weight if isinstance(own, HybridSearcher) and searcher == "hybrid" else 0.0
-    bm25 = own.bm25 if isinstance(own, HybridSearcher) else None
-    model.searcher = hybrid_searcher_for(model, bm25_fraction=bm25_fraction, bm25=bm25, bm25_weight=bm25_weight)
 
 
 def _load(model_path: str, index: str | None = None):
@@ -275,7 +250,7 @@ def cmd_ask(args) -> int:
             f"could not load a REALM open-QA model from {model_path!r}: {one_line(error)} (--model takes a directory "
             "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
         ) from error
-    _choose_searcher(model, args.searcher, args.bm25_fraction, args.bm25_weight)
+    choose_searcher(model, args.searcher, args.bm25_fraction, args.bm25_weight)
     model.to(device)  # the index stays where it is: the searcher moves each question's embedding to it
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,
                                abstention_threshold=args.abstention_threshold)  # fmt: skip
@@ -317,26 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--top-k", type=positive_int, default=1, help="answers per question, best first (default: 1)")
     ask.add_argument("--json", action="store_true", help="print one JSON object per answer")
-    ask.add_argument("--searcher", choices=("dense", "hybrid", "bm25"), default=None,
-                     help="which blocks are read: the model's dense search, the union of dense and BM25 candidates "
-                          "(hybrid), or BM25's alone; all scored by the model's own relevance (default: the model's "
-                          "own choice, its searcher.json, else dense)")  # fmt: skip
-    ask.add_argument(
-        "--bm25-fraction",
-        type=unit_interval,
-        default=None,
-        metavar="F",
-        help="with hybrid candidates, the share of the blocks read that BM25 chooses (default: the model's "
-        "searcher.json, else 0.4)",
-    )
-    ask.add_argument(
-        "--bm25-weight",
-        type=non_negative_float,
-        default=None,
-        metavar="W",
-        help="with hybrid or BM25 candidates, add W x (BM25 score / the question's best) to each block's relevance "
-        "(default: the model's searcher.json, else 0)",
-    )
+    add_searcher_arguments(ask)
     add_device_argument(ask, "the model", "cpu")
     ask.add_argument("--abstention-threshold", type=unit_interval, default=None, metavar="P",
                      help="mark answers whose calibrated confidence is below P as abstained (default: the model's "
