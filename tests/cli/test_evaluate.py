@@ -91,6 +91,26 @@ def test_evaluate_reads_the_blocks_of_the_searcher_asked_for(demo_dir, data_file
     )
 
 
+def test_evaluate_writes_each_questions_answer_with_predictions(demo_dir, data_file, tmp_path, capsys):
+    predictions = tmp_path / "predictions.jsonl"
+    assert main(["evaluate", "--model", str(demo_dir), "--data", str(data_file), "--json", "--k", "1",
+                 "--predictions", str(predictions)]) == 0  # fmt: skip
+    metrics = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in predictions.read_text(encoding="utf-8").splitlines()]
+    assert [row["question"] for row in rows] == [
+        json.loads(line)["question"] for line in data_file.read_text().splitlines()
+    ]
+    assert rows[2]["answers"] == ["Jupiter"]  # a single "answer" string, as a list
+    assert sum(row["exact_match"] for row in rows) / len(rows) == pytest.approx(metrics["exact_match"])
+    # the same answers as the pipeline's
+    assert main(["ask", "--model", str(demo_dir), "--json", *[row["question"] for row in rows]]) == 0
+    assert [json.loads(line)["answer"] for line in capsys.readouterr().out.splitlines()] == [
+        row["prediction"] for row in rows
+    ]
+    assert main(["evaluate", "--model", str(demo_dir), "--data", str(data_file), "--predictions", str(tmp_path)]) == 2
+    assert "--predictions expects a file to write in an existing directory" in capsys.readouterr().err
+
+
 def test_evaluate_reports_bad_data(demo_dir, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"q": "no question key"}\n', encoding="utf-8")

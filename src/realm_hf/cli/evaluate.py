@@ -86,6 +86,26 @@ def format_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
+def _write_predictions(path: Path, evaluator) -> None:
+    """One JSON line per question: its question, reference answers, the model's answer and whether it matched."""
+    from realm_hf.atomic import atomic_path
+    from realm_hf.evaluation.metrics import exact_match, official_exact_match
+
+    def match(prediction, answers) -> float:  # as the evaluator's exact_match counts it
+        return (
+            official_exact_match(prediction, answers, is_regex=True)
+            if evaluator.is_regex
+            else exact_match(prediction, answers)
+        )
+
+    rows = [{"question": question, "answers": answers, "prediction": prediction,
+             "exact_match": bool(match(prediction, answers))}
+            for question, answers, prediction in zip(evaluator.questions, evaluator.answers, evaluator.predictions,
+                                                     strict=True)]  # fmt: skip
+    with atomic_path(path) as temporary:
+        Path(temporary).write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), "utf-8")
+
+
 def cmd_evaluate(args) -> int:
     from realm_hf.errors import UsageError
     from realm_hf.evaluation import OpenQAEvaluator
@@ -93,6 +113,8 @@ def cmd_evaluate(args) -> int:
 
     if args.model is not None:
         args.model = model_location(args.model)
+    if args.predictions is not None and (args.predictions.is_dir() or not args.predictions.parent.is_dir()):
+        raise UsageError(f"--predictions expects a file to write in an existing directory, got {args.predictions}")
     try:
         questions, answers, relations = read_questions(args.data, limit=args.limit)
     except (OSError, ValueError) as error:
@@ -119,6 +141,8 @@ def cmd_evaluate(args) -> int:
     evaluator = OpenQAEvaluator(questions, answers, relations=relations, ks=args.k, is_regex=args.regex,
                                 batch_size=args.batch_size)  # fmt: skip
     metrics = evaluator(system)
+    if args.predictions is not None:
+        _write_predictions(args.predictions, evaluator)
     if args.json:
         print(json.dumps(metrics, ensure_ascii=False, indent=2))
     else:
@@ -143,5 +167,8 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--batch-size", type=positive_int, default=8, help="questions per forward pass (default: 8)")
     evaluate.add_argument("--regex", action="store_true",
                           help="answers are regular expressions (CuratedTrec): regex match instead of exact match")  # fmt: skip
+    evaluate.add_argument("--predictions", type=Path, default=None, metavar="FILE",
+                          help="also write each question's answer to FILE (JSON lines: question, answers, prediction, "
+                               "exact_match), to see which ones missed")  # fmt: skip
     add_searcher_arguments(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)

@@ -41,6 +41,8 @@ class OpenQAEvaluator:
     - `read`: `read(questions) -> list[list[str]]`, the passages the reader read per question (reader oracle);
       defaults to the top `reader_beam_size` passages of `retrieve`.
 
+    After a call, `predictions` holds its answer per question (in the order of `questions`), to see which ones missed.
+
     Keys: `exact_match`, `official_exact_match`, `f1`, `reader_oracle` (with `read` or `retrieve` and a reader beam),
     `recall@{k}` for each k (with `retrieve`), `num_questions`, per-relation keys, and `primary_metric`.
     `reader_oracle` is the fraction of questions whose answer appears ([`has_answer`]) in a block the reader read:
@@ -80,6 +82,7 @@ class OpenQAEvaluator:
         self.batch_size = batch_size
         self.greater_is_better = True
         self.primary_metric = "exact_match"
+        self.predictions: list[str] | None = None  # the last call's answers
 
     def __call__(
         self,
@@ -98,6 +101,7 @@ class OpenQAEvaluator:
         predictions = []
         for batch in self._batches():
             predictions.extend(_as_answer_strings(answer(batch), len(batch)))
+        self.predictions = predictions
         retrieved = None
         if retrieve is not None:
             retrieved = []
