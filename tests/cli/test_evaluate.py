@@ -36,6 +36,9 @@ def test_evaluate_json(demo_dir, data_file, capsys):
     assert "Loading weights" not in captured.err
     assert metrics["primary_metric"] == "exact_match"
     assert metrics["num_questions"] == 4
+    assert main(["evaluate", "--model", str(demo_dir), "--data", str(data_file), "--json", "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert json.loads(quiet.out)["num_questions"] == 4 and "answering" not in quiet.err
     for key in ("exact_match", "official_exact_match", "f1", "reader_oracle", "recall@1", "recall@5", "recall@16"):
         assert 0.0 <= metrics[key] <= 1.0, key
     assert metrics["recall@1"] <= metrics["recall@5"] <= metrics["recall@16"]
@@ -46,7 +49,9 @@ def test_evaluate_json(demo_dir, data_file, capsys):
 
 def test_evaluate_table_and_limit(demo_dir, data_file, capsys):
     assert main(["evaluate", "--model", str(demo_dir), "--data", str(data_file), "--limit", "2", "--k", "1"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # a progress bar per pass over the questions, on stderr
+    assert "answering: 100%" in err and "retrieving: 100%" in err and "2/2" in err
     assert "exact_match" in out and "recall@1" in out and "num_questions  2" not in out
     assert any(line.split() == ["num_questions", "2"] for line in out.splitlines())
 

@@ -139,7 +139,7 @@ def cmd_evaluate(args) -> int:
                 raise UsageError(f"--regex: answer {reference!r} of {args.data} is not a regular expression ({error}); "
                                  "expected patterns (CuratedTrec), or drop --regex for exact match") from None  # fmt: skip
     evaluator = OpenQAEvaluator(questions, answers, relations=relations, ks=args.k, is_regex=args.regex,
-                                batch_size=args.batch_size)  # fmt: skip
+                                batch_size=args.batch_size, progress=not args.quiet)  # fmt: skip
     metrics = evaluator(system)
     if args.predictions is not None:
         _write_predictions(args.predictions, evaluator)
@@ -170,5 +170,6 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--predictions", type=Path, default=None, metavar="FILE",
                           help="also write each question's answer to FILE (JSON lines: question, answers, prediction, "
                                "exact_match), to see which ones missed")  # fmt: skip
+    evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
     add_searcher_arguments(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)

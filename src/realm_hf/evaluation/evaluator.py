@@ -7,6 +7,8 @@ passages best first. `realm_hf.evaluation.realm.RealmOpenQASystem` wraps a `Real
 
 from collections.abc import Callable, Sequence
 
+from tqdm.auto import tqdm
+
 from .metrics import answer_recall_at_k, exact_match, f1_score, has_answer, official_exact_match
 
 
@@ -31,6 +33,8 @@ class OpenQAEvaluator:
         reader_beam_size (`int`, *optional*): blocks the reader reads per question; with `retrieve`, the reader
             oracle is computed on the top `reader_beam_size` retrieved passages.
         batch_size (`int`, *optional*, defaults to 32): questions per call of `answer` / `retrieve`.
+        progress (`bool`, *optional*, defaults to `False`): show a progress bar (on stderr) for each pass over the
+            questions (answering, retrieving, reading).
 
     Calling it: `evaluator(answer, retrieve=None, read=None)`.
 
@@ -59,6 +63,7 @@ class OpenQAEvaluator:
         is_regex: bool = False,
         reader_beam_size: int | None = None,
         batch_size: int = 32,
+        progress: bool = False,
     ):
         self.questions = list(questions)
         self.answers = [[answer] if isinstance(answer, str) else list(answer) for answer in answers]
@@ -80,6 +85,7 @@ class OpenQAEvaluator:
         self.is_regex = is_regex
         self.reader_beam_size = reader_beam_size
         self.batch_size = batch_size
+        self.progress = progress
         self.greater_is_better = True
         self.primary_metric = "exact_match"
         self.predictions: list[str] | None = None  # the last call's answers
@@ -99,18 +105,18 @@ class OpenQAEvaluator:
                 reader_beam_size = getattr(system, "reader_beam_size", None)
             answer = system.answer
         predictions = []
-        for batch in self._batches():
+        for batch in self._batches("answering"):
             predictions.extend(_as_answer_strings(answer(batch), len(batch)))
         self.predictions = predictions
         retrieved = None
         if retrieve is not None:
             retrieved = []
-            for batch in self._batches():
+            for batch in self._batches("retrieving"):
                 retrieved.extend(_check_passages(retrieve(batch, self.ks[-1]), len(batch), "retrieve"))
         read_passages = None
         if read is not None:
             read_passages = []
-            for batch in self._batches():
+            for batch in self._batches("reading"):
                 read_passages.extend(_check_passages(read(batch), len(batch), "read"))
         elif retrieved is not None and reader_beam_size is not None:
             read_passages = [passages[:reader_beam_size] for passages in retrieved]
@@ -170,9 +176,12 @@ class OpenQAEvaluator:
         metrics["primary_metric"] = prefix + self.primary_metric
         return metrics
 
-    def _batches(self):
-        for start in range(0, len(self.questions), self.batch_size):
-            yield self.questions[start : start + self.batch_size]
+    def _batches(self, what: str):
+        with tqdm(total=len(self.questions), desc=what, unit="question", disable=not self.progress) as bar:
+            for start in range(0, len(self.questions), self.batch_size):
+                batch = self.questions[start : start + self.batch_size]
+                yield batch
+                bar.update(len(batch))
 
 
 def _as_answer_strings(outputs, expected: int) -> list[str]:
