@@ -41,7 +41,9 @@ def test_calibrate_writes_a_calibration_that_ask_reads(model_dir, tmp_path, caps
 
     assert main(["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "dev.jsonl"),
                  "--max-correct-abstained", "0.5"]) == 0  # fmt: skip
-    summary = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert "answering: 100%" in err and f"{len(rows)}/{len(rows)}" in err  # a progress bar
     right = (len(rows) - 2 + 1) // 2  # the model's own answers
     assert summary["questions"] == len(rows) and summary["answerable"] == len(rows) - 2
     assert summary["correct"] == right and summary["correct_abstained"] <= 0.5
@@ -58,9 +60,9 @@ def test_calibrate_writes_a_calibration_that_ask_reads(model_dir, tmp_path, caps
 
     # A second fit keeps the first as calibration.previous.json.
     first = (model_dir / "calibration.json").read_text()
-    assert main(["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "dev.jsonl")]) == 0
+    assert main(["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "dev.jsonl"), "--quiet"]) == 0
     assert (model_dir / "calibration.previous.json").read_text() == first
-    assert "previous calibration is now" in capsys.readouterr().err
+    assert "previous calibration is now" in (err := capsys.readouterr().err) and "answering" not in err
 
 
 def test_calibrate_refuses_the_default_model(model_dir, tmp_path, capsys, monkeypatch):

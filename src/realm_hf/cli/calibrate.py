@@ -64,7 +64,7 @@ def cmd_calibrate(args) -> int:
         model, retriever = load_open_qa(model_dir, args.index)
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")
     open_qa._cached_calibration = None  # features, not confidences: whatever calibration.json the model has
-    results = answers_with_features(open_qa, questions, args.batch_size)
+    results = answers_with_features(open_qa, questions, args.batch_size, progress=not args.quiet)
     features = torch.tensor([result["features"] for result in results])
     answerable = torch.tensor([bool(references) for references in answers])
     correct = torch.tensor([bool(references) and bool(exact_match(result["answer"], references))
@@ -113,4 +113,5 @@ def add_parser(subparsers) -> None:
                                 "realm_hf.evaluation.calibration.CALIBRATION_FEATURES (default: "
                                 f"{' '.join(DEFAULT_FEATURES)})")  # fmt: skip
     calibrate.add_argument("--batch-size", type=positive_int, default=8, help="questions per forward pass")
+    calibrate.add_argument("--quiet", action="store_true", help="no progress bar")
     calibrate.set_defaults(func=cmd_calibrate)

@@ -861,14 +861,19 @@ _ASKS_FOR_A_YEAR = re.compile(rf"\b{_YEAR}\b", re.IGNORECASE)
 
 
 @torch.no_grad()
-def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_size: int = 8) -> list[dict]:
+def answers_with_features(
+    open_qa: OpenQAPipeline, questions: list[str], batch_size: int = 8, progress: bool = False
+) -> list[dict]:
     """Each question's best answer as `open_qa` gives it (`answer`, `evidence`), with every calibration feature
     (`features`, in `CALIBRATION_FEATURES` order, whatever calibration the model has) and the names no document
     mentions (`unknown_names`): what fitting a calibration reads (`realm-hf calibrate`,
-    examples/evaluate_question_sources.py)."""
+    examples/evaluate_question_sources.py). `progress`: a progress bar on stderr."""
+    from tqdm.auto import tqdm
+
     frequencies = open_qa._document_frequencies()[0]
     tokenizer, config = open_qa.tokenizer, open_qa.model.config
     results = []
+    bar = tqdm(total=len(questions), desc="answering", unit="question", disable=not progress)
     for start in range(0, len(questions), batch_size):
         batch = questions[start : start + batch_size]
         inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
@@ -881,6 +886,8 @@ def answers_with_features(open_qa: OpenQAPipeline, questions: list[str], batch_s
             results.append({"answer": answer["answer"], "evidence": answer["evidence"],
                             "features": one["features"][0, 0].tolist(),
                             "unknown_names": unknown_names(question, frequencies)})  # fmt: skip
+        bar.update(len(batch))
+    bar.close()
     return results
 
 
