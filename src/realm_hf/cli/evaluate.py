@@ -89,17 +89,9 @@ def format_table(metrics: dict) -> str:
 def _write_predictions(path: Path, evaluator) -> None:
     """One JSON line per question: its question, reference answers, the model's answer and whether it matched."""
     from realm_hf.atomic import atomic_path
-    from realm_hf.evaluation.metrics import exact_match, official_exact_match
-
-    def match(prediction, answers) -> float:  # as the evaluator's exact_match counts it
-        return (
-            official_exact_match(prediction, answers, is_regex=True)
-            if evaluator.is_regex
-            else exact_match(prediction, answers)
-        )
 
     rows = [{"question": question, "answers": answers, "prediction": prediction,
-             "exact_match": bool(match(prediction, answers))}
+             "exact_match": bool(evaluator.exact_match_of(prediction, answers))}
             for question, answers, prediction in zip(evaluator.questions, evaluator.answers, evaluator.predictions,
                                                      strict=True)]  # fmt: skip
     with atomic_path(path) as temporary:

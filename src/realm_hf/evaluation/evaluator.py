@@ -122,6 +122,13 @@ class OpenQAEvaluator:
             read_passages = [passages[:reader_beam_size] for passages in retrieved]
         return self.compute_metrics(predictions, retrieved=retrieved, read_passages=read_passages)
 
+    def exact_match_of(self, prediction: str, answers: Sequence[str]) -> float:
+        """One question's `exact_match` as this evaluator counts it: [`regex_match`] of the raw prediction with
+        `is_regex`, else [`exact_match`]."""
+        if self.is_regex:
+            return official_exact_match(prediction, answers, is_regex=True)
+        return exact_match(prediction, answers)
+
     def compute_metrics(
         self,
         predictions: Sequence[str],
@@ -142,8 +149,7 @@ class OpenQAEvaluator:
         if len(predictions) != len(self.questions):
             raise ValueError(f"expected {len(self.questions)} predictions, got {len(predictions)}.")
         match = "regex" if self.is_regex else "string"
-        em = [official_exact_match(p, a, is_regex=True) if self.is_regex else exact_match(p, a)
-              for p, a in zip(predictions, self.answers, strict=True)]  # fmt: skip
+        em = [self.exact_match_of(p, a) for p, a in zip(predictions, self.answers, strict=True)]
         official = [official_exact_match(p, a, is_regex=self.is_regex) for p, a in zip(predictions, self.answers)]
         metrics: dict[str, float | int | str] = {
             "exact_match": _mean(em),
