@@ -153,16 +153,14 @@ def cmd_demo(args) -> int:
     untrained built-in demo model."""
     from realm_hf.default_model import DEFAULT_QUESTIONS, default_model_dir
 
+    asked = questions_from_arguments(args.questions)
     if not args.untrained:
         directory = default_model_dir()
         if directory is not None:
             print(f"realm-minilm-factbook ({directory}): a REALM/ORQA model trained by this project over 43,829 "
                   "Wikipedia and CIA World Factbook passages, all offline.\n", file=sys.stderr)  # fmt: skip
             model, retriever = _load(str(directory))
-            _print_answers(
-                answer_questions(model, retriever, questions_from_arguments(args.questions) or DEFAULT_QUESTIONS),
-                as_json=False,
-            )
+            _print_answers(answer_questions(model, retriever, asked or DEFAULT_QUESTIONS), as_json=False)
             print(f'try: realm-hf ask "What is the capital of Peru?"   (model: {directory})')
             return 0
         print("(the default model is not in this installation; using the untrained demo model)\n", file=sys.stderr)
@@ -175,9 +173,7 @@ def cmd_demo(args) -> int:
         "right.\n"
     )
     model, retriever = _load(str(directory))
-    _print_answers(
-        answer_questions(model, retriever, questions_from_arguments(args.questions) or DEMO_QUESTIONS), as_json=False
-    )
+    _print_answers(answer_questions(model, retriever, asked or DEMO_QUESTIONS), as_json=False)
     print(f'model, tokenizer and retriever saved in {directory}; try: realm-hf ask --model {directory} "..."')
     return 0
 
