@@ -66,3 +66,42 @@ def test_compare_models_pairs_the_answers_of_two_models(tmp_path):
     assert "kinds (1): EM 0.000 -> 1.000, gained 1, lost 0" in result.stdout
     bad = subprocess.run(command[:5] + ["[1]"] + command[6:], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "expected a JSON object, received '[1]'" in bad.stderr
+
+
+def test_compare_predictions_pairs_evaluate_prediction_files(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_predictions", ROOT / "examples" / "compare_predictions.py")
+    compare_predictions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare_predictions)
+
+    def predictions(name, matches, questions=("q1", "q2", "q3", "q4")):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"question": q, "answers": ["a"], "prediction": "x", "exact_match": m})
+                                + "\n" for q, m in zip(questions, matches, strict=True)))  # fmt: skip
+        return str(path)
+
+    old, new, bm25 = (
+        predictions("old", [1, 0, 0, 1]),
+        predictions("new", [1, 1, 1, 0]),
+        predictions("bm25", [0, 0, 1, 1]),
+    )
+    output = tmp_path / "report.json"
+    compare_predictions.main(["--labels", "before, served, BM25", f"title={old},{new},{bm25}", f"wh={old},{new}",
+                              f"cloze={old},{new},", "--output", str(output)])  # fmt: skip
+    report = json.loads(output.read_text())
+    assert report["labels"] == ["before", "served", "BM25"]
+    title = report["sets"]["title"]
+    assert title["exact_match"] == {"before": 0.5, "served": 0.75, "BM25": 0.5} and title["compared"] == "served"
+    assert title["paired"]["before"]["wins"] == 2 and title["paired"]["before"]["losses"] == 1
+    assert title["paired"]["BM25"]["wins"] == 2 and title["paired"]["BM25"]["losses"] == 1
+    assert set(report["sets"]["wh"]["paired"]) == {"before"}  # a set may leave later files out
+    assert "title | 4 | 50.0 | 75.0 | 50.0 | 2 / 1" in capsys.readouterr().out
+
+    shuffled = predictions("shuffled", [1, 1, 1, 1], questions=("q2", "q1", "q3", "q4"))
+    with pytest.raises(SystemExit, match="expected the questions of .*old.jsonl in the same order"):
+        compare_predictions.main(["--labels", "a, b", f"title={old},{shuffled}"])
+    with pytest.raises(SystemExit, match=r"expected SET=FILE,FILE\[,...\] with 2 to 2 files, received 'title=x'"):
+        compare_predictions.main(["--labels", "a, b", "title=x"])
+    with pytest.raises(SystemExit, match="expected `realm-hf evaluate --predictions` rows"):
+        compare_predictions.main(["--labels", "a, b", f"title={old},{output}"])
