@@ -683,6 +683,8 @@ def stage_calibrate(args) -> None:
                "--max-read-per-source", str(args.calibrate_read_per_source), "--max-test-per-source",
                str(args.calibrate_read_per_source // 2), "--bm25-weights",
                *[f"{weight:g}" for weight in args.bm25_weights]]  # fmt: skip
+    if args.calibration_feature_sets:
+        command += ["--feature-sets", *args.calibration_feature_sets]
     logger.info("%s", " ".join(command))
     subprocess.run(command, check=True)
 
@@ -778,10 +780,20 @@ def main(argv=None) -> None:
         "--bm25-weights",
         type=float,
         nargs="+",
-        default=[0.0],
+        default=[0.5],
         help="BM25 terms in the hybrid candidates' relevance for the calibrate stage to try (the smallest within one "
-        "standard error of the best mean EM over dev and seen questions is kept); the shipped model reads with 0 "
-        "(docs/default-model.md, 'A BM25 term in the relevance: measured, not shipped')",
+        "standard error of the best mean EM over dev and seen questions is kept; one weight: that one). Default 0.5, "
+        "the shipped model's, chosen on whole dev sets, which the stage's sample is too small to tell apart "
+        "(docs/default-model.md, 'A BM25 weight of 0.5, shipped')",
+    )
+    parser.add_argument(
+        "--calibration-feature-sets",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="the calibration feature sets the calibrate stage chooses among (examples/evaluate_question_sources.py "
+        "--feature-sets; default: its kind sets). The shipped model's: 'kind answer+span+rare words+typed' "
+        "(docs/default-model.md, 'A BM25 weight of 0.5, shipped')",
     )
     parser.add_argument(
         "--factbook-only", action="store_true", help="fine-tune on the factbook templates alone (the previous recipe)"
