@@ -376,6 +376,7 @@ def _percent(value: float) -> str:
 
 
 SOURCES_RESULTS = HERE.parent / "examples" / "results" / "default_model_sources.json"
+WHOLE_DEV_RESULTS = HERE.parent / "examples" / "results" / "bm25_weight_whole_dev.json"
 # The plot evaluate_question_sources.py draws, copied beside the card here and in the model directory.
 ACCURACY_COVERAGE_SOURCE = HERE.parent / "docs" / "images" / "accuracy_coverage.png"
 ACCURACY_COVERAGE_PNG = "realm-minilm-factbook-accuracy-coverage.png"
@@ -393,9 +394,10 @@ def _system_names(shipped: str) -> dict[str, str]:
             "finetune_realm": "ICT + REALM pretraining + ORQA on the mixed questions"}  # fmt: skip
 
 
-def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
-    """The evaluation section of the default model's card, from its `eval_results.json` and the per-source results
-    with the calibration (`examples/results/default_model_sources.json`)."""
+def default_model_evaluation(results: dict, sources: dict | None = None, whole_dev: dict | None = None) -> str:
+    """The evaluation section of the default model's card, from its `eval_results.json`, the per-source results
+    with the calibration (`examples/results/default_model_sources.json`) and the whole dev sets as served
+    (`examples/results/bm25_weight_whole_dev.json`)."""
     shipped = results.get("shipped", "realm")
     names = _system_names(shipped)
     lines = [
@@ -439,6 +441,7 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
     if export:
         lines += ["", f"The shipped fp16 weights and index give the same answer as fp32 on "
                       f"{_percent(export['same_answer_as_fp32'])}% of the test questions."]  # fmt: skip
+    lines += _whole_dev_section(whole_dev or {}, ((sources or {}).get("searcher_choice") or {}).get("bm25_weight"))
     lines += _candidates_section(sources or {})
     calibration = (sources or {}).get("calibration")
     if calibration:
@@ -473,6 +476,40 @@ def default_model_evaluation(results: dict, sources: dict | None = None) -> str:
                          f"| {_percent(rates['coverage'])}% | {_percent(rates['accuracy_answered'])}% |")  # fmt: skip
         lines += ["", f"![accuracy against coverage]({ACCURACY_COVERAGE_PNG})"]
     return "\n".join(lines)
+
+
+def _whole_dev_section(whole_dev: dict, bm25_weight: float | None) -> list[str]:
+    """EM on whole dev sets (and the people's question files) as the model is served, paired against other readings
+    (`examples/compare_predictions.py`)."""
+    if not whole_dev.get("sets"):
+        return []
+    labels = whole_dev["labels"]
+    compared, others = labels[1], [label for label in labels if label != labels[1]]
+    lines = [
+        "",
+        "### As served, on whole dev sets",
+        "",
+        "The table above was read before the model's relevance took in BM25's score "
+        f"(`bm25_weight` {bm25_weight or 0:g} in `searcher.json`). As served now, on every question of each dev set (factbook fields: the first 300), on "
+        "training questions people ask first (the capital of every country; the first training questions of the "
+        "factbook, quiz and factbook-field sources) and on the question files people wrote, against the earlier "
+        "reading, BM25's blocks with the same reader and other weights (paired per question: the questions only one "
+        "gets right, and the two-sided sign test over those; `realm-hf evaluate --predictions` and "
+        "`examples/compare_predictions.py`):",
+        "",
+        "| set | questions | "
+        + " | ".join(labels)
+        + " | "
+        + " | ".join(f"{compared} vs {label}" for label in others)
+        + " |",
+        "|---|---:|" + "---:|" * (2 * len(labels) - 1),
+    ]
+    for name, result in whole_dev["sets"].items():
+        cells = [_percent(result["exact_match"][label]) if label in result["exact_match"] else "-" for label in labels]
+        pairs = [f"{pair['wins']} / {pair['losses']} (p = {pair['sign_test_p']:.2g})"
+                 if (pair := result["paired"].get(label)) else "-" for label in others]  # fmt: skip
+        lines.append(f"| {name} | {result['questions']} | " + " | ".join(cells + pairs) + " |")
+    return lines
 
 
 def _candidates_section(sources: dict) -> list[str]:
@@ -515,6 +552,7 @@ def default_model_card() -> Card | None:
         return None
     results = json.loads(path.read_text(encoding="utf-8"))
     sources = json.loads(SOURCES_RESULTS.read_text(encoding="utf-8")) if SOURCES_RESULTS.is_file() else None
+    whole_dev = json.loads(WHOLE_DEV_RESULTS.read_text(encoding="utf-8")) if WHOLE_DEV_RESULTS.is_file() else None
     return Card(
         file="realm-minilm-factbook.md",
         kind="openqa",
@@ -546,7 +584,7 @@ def default_model_card() -> Card | None:
             license="apache-2.0",
             tags=["factbook", "wikipedia", "minilm"],
             usage=DEFAULT_USAGE,
-            evaluation_notes=default_model_evaluation(results, sources),
+            evaluation_notes=default_model_evaluation(results, sources, whole_dev),
             files=(
                 "- `config.json`, `model.safetensors` (fp16; question encoder + reader; no `block_emb`), tokenizer "
                 "files\n- `index/`: the 43,829 block embeddings (fp16 safetensors, `index.json`)\n- `corpus.json`: "
