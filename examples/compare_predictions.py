@@ -57,9 +57,9 @@ def main(argv=None) -> None:
                         help="comma-separated, one name per prediction file of a set, in order")  # fmt: skip
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    if len(args.labels) < 2:
+    if len(args.labels) < 2 or len(set(args.labels)) < len(args.labels) or not all(args.labels):
         raise SystemExit(
-            f"--labels: expected at least two names (the second is the one compared), received {args.labels}"
+            f"--labels: expected at least two distinct names (the second is the one compared), received {args.labels}"
         )
     report = {"labels": args.labels, "sets": {}}
     for item in args.sets:

@@ -103,5 +103,7 @@ def test_compare_predictions_pairs_evaluate_prediction_files(tmp_path, capsys):
         compare_predictions.main(["--labels", "a, b", f"title={old},{shuffled}"])
     with pytest.raises(SystemExit, match=r"expected SET=FILE,FILE\[,...\] with 2 to 2 files, received 'title=x'"):
         compare_predictions.main(["--labels", "a, b", "title=x"])
+    with pytest.raises(SystemExit, match=r"expected at least two distinct names .* received \['a', 'a'\]"):
+        compare_predictions.main(["--labels", "a, a", f"title={old},{new}"])
     with pytest.raises(SystemExit, match="expected `realm-hf evaluate --predictions` rows"):
         compare_predictions.main(["--labels", "a, b", f"title={old},{output}"])
