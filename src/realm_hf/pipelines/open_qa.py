@@ -873,21 +873,20 @@ def answers_with_features(
     frequencies = open_qa._document_frequencies()[0]
     tokenizer, config = open_qa.tokenizer, open_qa.model.config
     results = []
-    bar = tqdm(total=len(questions), desc="answering", unit="question", disable=not progress)
-    for start in range(0, len(questions), batch_size):
-        batch = questions[start : start + batch_size]
-        inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
-                                return_tensors="pt"))  # fmt: skip
-        inputs.update(_answer_kinds(batch))  # as the pipeline asks them
-        outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)  # every feature, whatever the calibration
-        for index, question in enumerate(batch):
-            one = {key: value[index : index + 1] for key, value in outputs.items()}
-            answer = open_qa.postprocess(one, top_k=1)
-            results.append({"answer": answer["answer"], "evidence": answer["evidence"],
-                            "features": one["features"][0, 0].tolist(),
-                            "unknown_names": unknown_names(question, frequencies)})  # fmt: skip
-        bar.update(len(batch))
-    bar.close()
+    with tqdm(total=len(questions), desc="answering", unit="question", disable=not progress) as bar:
+        for start in range(0, len(questions), batch_size):
+            batch = questions[start : start + batch_size]
+            inputs = dict(tokenizer(batch, padding=True, truncation=True, max_length=config.searcher_seq_len,
+                                    return_tensors="pt"))  # fmt: skip
+            inputs.update(_answer_kinds(batch))  # as the pipeline asks them
+            outputs = open_qa.forward(inputs, top_k=1, idf_coverage=True)  # every feature, whatever the calibration
+            for index, question in enumerate(batch):
+                one = {key: value[index : index + 1] for key, value in outputs.items()}
+                answer = open_qa.postprocess(one, top_k=1)
+                results.append({"answer": answer["answer"], "evidence": answer["evidence"],
+                                "features": one["features"][0, 0].tolist(),
+                                "unknown_names": unknown_names(question, frequencies)})  # fmt: skip
+            bar.update(len(batch))
     return results
 
 
