@@ -490,8 +490,8 @@ def _whole_dev_section(whole_dev: dict, bm25_weight: float | None) -> list[str]:
         "### As served, on whole dev sets",
         "",
         "The table above was read before the model's relevance took in BM25's score "
-        f"(`bm25_weight` {bm25_weight or 0:g} in `searcher.json`). As served now, on every question of each dev set (factbook fields: the first 300), on "
-        "training questions people ask first (the capital of every country; the first training questions of the "
+        f"(`bm25_weight` {bm25_weight or 0:g} in `searcher.json`). As served now, on every question of each dev set "
+        "(factbook fields: the first 300), on training questions people ask first (the capital of every country; the first training questions of the "
         "factbook, quiz and factbook-field sources) and on the question files people wrote, against the earlier "
         "reading, BM25's blocks with the same reader and other weights (paired per question: the questions only one "
         "gets right, and the two-sided sign test over those; `realm-hf evaluate --predictions` and "
