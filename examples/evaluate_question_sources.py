@@ -366,11 +366,12 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
             correct += _correct(results, rows)
             answerable += [bool(row["answers"]) for row in rows]
             sources += [source] * len(rows)
-            unknown += [bool(result["unknown_names"]) for result in results]
+            unknown += [bool(result["unknown_names"] or result.get("about_the_asker")) for result in results]
         return torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources, torch.tensor(unknown)
 
     def confidence(calibration, features, unknown):
-        # As the pipeline abstains: a question naming a word no block holds is abstained on whatever its confidence.
+        # As the pipeline abstains: a question naming a word no block holds, or asking about its asker over a corpus
+        # that never speaks to or as a person, is abstained on whatever its confidence.
         return calibration.confidence(features).masked_fill(unknown, 0.0)
 
     features, correct, answerable, sources, unknown = gather(dev_rows, dev_results)
@@ -456,7 +457,8 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         "then the most unanswerable dev questions abstained",
         "dev_examples": len(features), "dev_correct": int(correct.sum()), "max_correct_abstained": budget,
         "goal_correct_abstained": goal, "dev": dev_rates, "test": test_rates, "check": check,
-        "unknown_names": "a question naming a word no block holds is abstained on whatever its confidence (rates "
+        "unknown_names": "a question naming a word no block holds, or asking about its asker over a corpus that "
+        "never speaks to or as a person, is abstained on whatever its confidence (rates "
         f"include it): {int(unknown.sum())} of {len(unknown)} dev questions, {int(test_unknown.sum())} of "
         f"{len(test_unknown)} test questions",
     }  # fmt: skip

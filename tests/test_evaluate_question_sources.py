@@ -61,13 +61,15 @@ def test_calibration_is_fitted_and_names_no_block_holds_are_abstained(tmp_path):
     assert report["searcher_choice"]["chosen"] in ("dense", "hybrid")
     calibration = json.loads((model_dir / "calibration.json").read_text())
     assert calibration["features"] and 0.0 <= calibration["threshold"] <= 1.0
-    # The two questions naming places no block holds are abstained on, whatever their confidence.
+    # The two questions naming places no block holds, and the one about the asker's garden (the demo corpus speaks
+    # to no one), are abstained on, whatever their confidence.
     metadata = calibration["metadata"]
     answerable_sources = len(SOURCES) - 1
-    read = f"2 of {answerable_sources * len(rows) + 3} dev questions, 2 of {answerable_sources * 8 + 3} test questions"
+    read = f"3 of {answerable_sources * len(rows) + 3} dev questions, 3 of {answerable_sources * 8 + 3} test questions"
     assert read in metadata["unknown_names"], metadata["unknown_names"]
     assert report["calibration"]["test"]["unanswerable_abstained"] >= 2 / 3
     assert set(report["calibration"]["check"]) == {"check"}
     # and the pipeline abstains on them too, with the calibration the script wrote
     calibrated = pipeline("open-qa", model=str(model_dir), device="cpu")
     assert calibrated("Who is the king of Zanzanryx?")["abstained"] is True
+    assert calibrated("What is the capital of my garden?")["abstained"] is True

@@ -52,9 +52,10 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
             "confidence",
             "abstained",
             "unknown_names",
+            "about_the_asker",
         }
         assert line["confidence"] is None and line["abstained"] is False  # no calibration.json: never abstains
-        assert line["unknown_names"] == []
+        assert line["unknown_names"] == [] and line["about_the_asker"] == []
         assert line["evidence"] == retriever.block_records[line["block_id"]].decode()
         # the answer as written in the evidence, original case included
         assert line["evidence"][line["start"] : line["end"]] == line["answer"] != ""
@@ -96,6 +97,16 @@ def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
     assert line["abstained"] is True and line["unknown_names"] == ["Zanzanryx"]
     assert main(["ask", "--model", str(directory), "--abstention-threshold", "0.4", question]) == 0
     assert "A: (not sure) " in (out := capsys.readouterr().out) and "no document mentions 'Zanzanryx'" in out
+    # A question about the asker, over documents about no one: abstained, and the text output says why.
+    question = "Who is the CEO of my company?"
+    assert main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", question]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["abstained"] is True and line["about_the_asker"] == ["my"] and line["unknown_names"] == []
+    assert main(["ask", "--model", str(directory), "--abstention-threshold", "0.4", question]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "A: (not sure) " in out and "the question asks about you ('my'), and these documents are not about you" in out
+    )
     with pytest.raises(SystemExit):
         main(["ask", "--model", str(directory), "--abstention-threshold", "1.5", "Who wrote Hamlet?"])
     assert "expected a number between 0 and 1" in capsys.readouterr().err

@@ -36,7 +36,8 @@ QUESTIONS = [
     "Who was a pioneer of computer science?",
 ]
 ANSWER_KEYS = {
-    "answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained", "unknown_names"
+    "answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained", "unknown_names",
+    "about_the_asker",
 }  # fmt: skip
 
 
@@ -847,6 +848,37 @@ def test_unknown_names_are_capitalised_question_words_no_block_holds():
     assert unknown_names("Who is the CEO of Zanzanryx, and does it have WiFi?", counts) == ["Zanzanryx"]
 
 
+def test_questions_about_the_asker_are_told_from_questions_about_the_world():
+    from realm_hf.pipelines.open_qa import about_the_asker
+
+    assert about_the_asker("Who is the CEO of my company?") == ["my"]
+    assert about_the_asker("Where did I park my car?") == ["I", "my"]
+    assert about_the_asker("My flight to Lima, when does it leave?") == ["My"]
+    assert about_the_asker("Who called me yesterday?") == ["me"]
+    assert about_the_asker("Should I buy a bicycle for myself?") == ["I", "myself"]
+    # "I" is a regnal number far more often than the asker; "me" after "tell" is politeness; "My" inside a title
+    for question in ("Who was Mary I?", "When did World War I end?", "Tell me who wrote Hamlet.",
+                     "Who directed My Fair Lady?", "What is the largest planet in our solar system?",
+                     "Why do we dream?", "Which mine in Sweden gave erbium its name?"):  # fmt: skip
+        assert about_the_asker(question) == [], question
+
+
+def test_a_corpus_speaks_in_person_when_it_says_you_your_or_my_often_enough():
+    from realm_hf.pipelines.open_qa import document_frequencies, speaks_in_person
+
+    # an encyclopedia quotes "you" now and then (1 block in 200); a handbook speaks to its reader
+    encyclopedia = ["Paris is the capital of France."] * 199 + ["In the film, a character says: you win."]
+    handbook = [
+        "Reset your password from the settings page.",
+        "Your manager approves leave.",
+        "The office opens at 9.",
+    ]
+    assert not speaks_in_person(document_frequencies(encyclopedia))
+    assert speaks_in_person(document_frequencies(encyclopedia[:99] + encyclopedia[-1:]))  # 1 in 100: the 1% share
+    assert speaks_in_person(document_frequencies(handbook))
+    assert not speaks_in_person(document_frequencies([]))
+
+
 def test_a_stores_word_counts_are_kept_on_disk_and_read_back(tmp_path, monkeypatch):
     from realm_hf.pipelines import open_qa as module
     from realm_hf.retrieval.document_store import DocumentStoreBlockRecords
@@ -868,6 +900,35 @@ def test_a_stores_word_counts_are_kept_on_disk_and_read_back(tmp_path, monkeypat
     written.write_text("{not json")  # a damaged file is counted again and replaced
     assert module.stored_document_frequencies(records) == expected
     assert json.loads(written.read_text())["blocks"] == 2
+
+
+def test_a_question_about_the_asker_is_abstained_on_over_documents_not_about_anyone(
+    open_qa, demo_dir, tmp_path, monkeypatch
+):
+    calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
+    personal, general = "Who is the CEO of my company?", "What is the capital of France?"
+    answers = open_qa([personal, general], calibration=calibration, batch_size=2)
+    assert answers[0]["about_the_asker"] == ["my"] and answers[0]["abstained"] is True
+    assert answers[1]["about_the_asker"] == [] and answers[1]["abstained"] is False
+    assert answers[0]["answer"] == open_qa(personal)["answer"]  # still the best guess
+    assert open_qa(personal, calibration=calibration, abstain_on_personal_questions=False)["abstained"] is False
+    plain = pipeline("open-qa", model=open_qa.model, tokenizer=open_qa.tokenizer, retriever=open_qa.retriever)
+    assert plain(personal)["about_the_asker"] == [] and plain(personal)["abstained"] is False
+    with pytest.raises(ValueError, match="abstain_on_personal_questions must be True or False"):
+        open_qa(personal, abstain_on_personal_questions=1)
+    # Over a handbook that speaks to its reader, the same question is asked like any other.
+    handbook = tmp_path / "handbook.jsonl"
+    rows = [{"title": "Leave", "text": "Your manager approves your leave; you book it in the staff portal."},
+            {"title": "Company", "text": "The CEO of the company is Ada Brook, who founded it in 2004."},
+            {"title": "Office", "text": "The office opens at nine and your badge opens the doors."}]  # fmt: skip
+    handbook.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    monkeypatch.setenv("REALM_HF_DEFAULT_MODEL", str(demo_dir))
+    from realm_hf.cli.main import main
+
+    assert main(["index", "build", "--corpus", str(handbook), "--output", str(tmp_path / "own"), "--quiet"]) == 0
+    own = pipeline("open-qa", model=str(demo_dir), index=str(tmp_path / "own"), device="cpu")
+    answer = own(personal, calibration=calibration)
+    assert answer["about_the_asker"] == [] and answer["abstained"] is False
 
 
 def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):

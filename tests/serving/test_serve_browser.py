@@ -61,8 +61,10 @@ def _flag_all_but_the_best(answerer):
     low-confidence ones: the page must show the badge on those and only those."""
 
     def answer_fn(questions, top_k):
-        # The third also names a word no document holds, as the pipeline says of "Who is the king of Zanzanryx?".
-        return [[{**answer, "abstained": answer["rank"] > 1, "unknown_names": ["Zanzanryx"] * (answer["rank"] == 3)}
+        # The third also names a word no document holds, as the pipeline says of "Who is the king of Zanzanryx?"; the
+        # fourth asks about its asker, as the pipeline says of "Who is the CEO of my company?" over an encyclopedia.
+        return [[{**answer, "abstained": answer["rank"] > 1, "unknown_names": ["Zanzanryx"] * (answer["rank"] == 3),
+                  "about_the_asker": ["my"] * (answer["rank"] == 4)}
                  for answer in answers] for answers in answerer(questions, top_k)]  # fmt: skip
 
     return answer_fn
@@ -82,11 +84,11 @@ def _submit(browser, question: str, top_k: int) -> None:
 
 def test_a_question_is_answered_with_its_evidence_highlighted(browser, tiny_open_qa, tmp_path):
     answerer = PipelineAnswerer(tiny_open_qa)
-    expected = answerer([QUESTION], 3)[0]
+    expected = answerer([QUESTION], 4)[0]
     app = create_app(_flag_all_but_the_best(answerer), model_name="tiny-hostile-corpus")
     with live_server(app) as url:
         browser.get(url)
-        _submit(browser, QUESTION, top_k=3)
+        _submit(browser, QUESTION, top_k=4)
         wait = WebDriverWait(browser, WAIT_SECONDS)
         wait.until(expected_conditions.presence_of_all_elements_located((By.CSS_SELECTOR, "#results article.answer")))
         wait.until(lambda driver: driver.find_element(By.ID, "ask").is_enabled())
@@ -99,7 +101,7 @@ def test_a_question_is_answered_with_its_evidence_highlighted(browser, tiny_open
 
         assert browser.find_element(By.CSS_SELECTOR, "#results h2.question").get_property("textContent") == QUESTION
         articles = browser.find_elements(By.CSS_SELECTOR, "#results article.answer")
-        assert len(articles) == len(expected) == 3
+        assert len(articles) == len(expected) == 4
         for article, answer in zip(articles, expected, strict=True):
             evidence = article.find_element(By.CSS_SELECTOR, "p.evidence")
             marks = evidence.find_elements(By.TAG_NAME, "mark")
@@ -116,10 +118,12 @@ def test_a_question_is_answered_with_its_evidence_highlighted(browser, tiny_open
             assert article.find_element(By.CSS_SELECTOR, ".doc-title").get_property("textContent") == answer["title"]
             assert article.find_element(By.CSS_SELECTOR, ".score").text == f"score {answer['score']:.3f}"
             badges = article.find_elements(By.CSS_SELECTOR, ".badge.low-confidence")
-            shown = {1: [], 2: ["low confidence"], 3: ["not in the documents"]}[answer["rank"]]
+            shown = {1: [], 2: ["low confidence"], 3: ["not in the documents"], 4: ["about you"]}[answer["rank"]]
             assert [badge.text for badge in badges] == shown
             if answer["rank"] == 3:
                 assert "No document mentions Zanzanryx" in badges[0].get_attribute("title")
+            if answer["rank"] == 4:
+                assert "asks about you (my)" in badges[0].get_attribute("title")
         # The corpus's markup is text on the page: no element of it was created, none of its scripts ran.
         titles = {record["title"] for record in HOSTILE_RECORDS}
         assert {answer["title"] for answer in expected} <= titles

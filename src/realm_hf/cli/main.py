@@ -63,8 +63,9 @@ def answer_questions(
     `question`, `rank` (1 = best), `answer` (as written in the evidence), `score` (its probability among the spans of
     the blocks read), `block_id`, `title` (`None` unless the corpus has titles), `evidence` (the block text),
     `start`/`end`, the answer's character offsets in the evidence, `confidence` (calibrated, `None` for a model without
-    `calibration.json`), `abstained` (the model does not know; `answer` is still its best guess) and `unknown_names`
-    (the question's names that no document mentions, which alone make a calibrated model abstain). A question that
+    `calibration.json`), `abstained` (the model does not know; `answer` is still its best guess), `unknown_names`
+    (the question's names that no document mentions) and `about_the_asker` (its words asking about the asker, "my",
+    where the documents never speak to or as a person): either alone makes a calibrated model abstain. A question that
     cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its place instead, and the others
     are answered.
     """
@@ -102,6 +103,7 @@ def answer_questions(
                     "confidence": answer.get("confidence"),
                     "abstained": bool(answer.get("abstained", False)),
                     "unknown_names": list(answer.get("unknown_names", [])),
+                    "about_the_asker": list(answer.get("about_the_asker", [])),
                 }
             )
     return results
@@ -134,6 +136,9 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         unsure = "(not sure) " if result.get("abstained") else ""
         unknown = result.get("unknown_names")
         unknown = f"   no document mentions {', '.join(repr(name) for name in unknown)}\n" if unknown else ""
+        if result.get("about_the_asker"):
+            words = ", ".join(repr(word) for word in result["about_the_asker"])
+            unknown += f"   the question asks about you ({words}), and these documents are not about you\n"
         print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{_printable(result['answer'])}  ({score})\n"
               f"{unknown}   evidence [block {result['block_id']}{_printable(title)}]: "
               f"{_printable(result['evidence'])}\n")  # fmt: skip

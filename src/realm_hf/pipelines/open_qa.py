@@ -30,7 +30,9 @@ And a question that names the kind of thing it asks for ("In which country is Ma
 
 A model with a calibration abstains on a question that names something no block of its corpus mentions ("Who is the
 king of Zanzanryx?"): whatever it reads, the corpus cannot say ([`unknown_names`]; `abstain_on_unknown_names=False`
-turns it off).
+turns it off). So does it on a question about its asker ("Who is the CEO of my company?") over a corpus that never
+speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks_in_person`]; a user's own handbook
+that says "your" is asked such questions; `abstain_on_personal_questions=False` turns it off).
 """
 
 import json
@@ -89,6 +91,9 @@ class OpenQAPipeline(Pipeline):
             do not pair up (see [`unbalanced_spans`]); a call may override it.
         abstain_on_unknown_names (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a question
             naming a word no block holds (see [`unknown_names`]); a call may override it.
+        abstain_on_personal_questions (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a
+            question about its asker ("my", see [`about_the_asker`]) over a corpus that never speaks to or as a person
+            ([`speaks_in_person`]); a call may override it.
         prefer_number_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for a number
             ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), and a year with a span that is one
             number ([`whole_number_spans`]), where any candidate is; a call may override it.
@@ -116,10 +121,13 @@ class OpenQAPipeline(Pipeline):
     - `confidence` (`float` or `None`): the calibrated probability that the answer is right, from the model's
       `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
     - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`), or the question
-      names something the corpus never mentions (`unknown_names`): the model does not know; `answer` is still its best
-      guess. Always `False` without a calibration, and with a threshold of 0.
+      names something the corpus never mentions (`unknown_names`), or asks about its asker where the corpus cannot
+      say (`about_the_asker`): the model does not know; `answer` is still its best guess. Always `False` without a
+      calibration, and with a threshold of 0.
     - `unknown_names` (`list[str]`): the question's names (capitalised words after its first) that no block of the
       corpus holds, as written in the question; checked only with a calibration, else `[]`.
+    - `about_the_asker` (`list[str]`): the words by which the question asks about its asker ("my"), where the corpus
+      never speaks to or as a person; checked only with a calibration, else `[]`.
 
     A call returns one dict per question with `top_k=1`, else a list of up to `top_k` dicts, best first (fewer when
     the blocks read hold fewer spans); a list of questions gives a list of those.
@@ -201,6 +209,8 @@ class OpenQAPipeline(Pipeline):
                 `True`).
             abstain_on_unknown_names (`bool`, *optional*): with a calibration, abstain where the question names a word
                 no block holds (default: `True`).
+            abstain_on_personal_questions (`bool`, *optional*): with a calibration, abstain where the question asks
+                about its asker and the corpus never speaks to or as a person (default: `True`).
             prefer_number_answers (`bool`, *optional*): answer a question asking for a number with a span holding one,
                 where any does (default: `True`).
             prefer_name_answers (`bool`, *optional*): answer a question asking for someone with a span that reads
@@ -244,6 +254,7 @@ class OpenQAPipeline(Pipeline):
         exclude_question_spans: bool | None = None,
         exclude_unbalanced_spans: bool | None = None,
         abstain_on_unknown_names: bool | None = None,
+        abstain_on_personal_questions: bool | None = None,
         prefer_number_answers: bool | None = None,
         exclude_title_spans: bool | None = None,
         prefer_name_answers: bool | None = None,
@@ -253,6 +264,8 @@ class OpenQAPipeline(Pipeline):
         for params, name, value in ((forward_params, "exclude_question_spans", exclude_question_spans),
                                     (forward_params, "exclude_unbalanced_spans", exclude_unbalanced_spans),
                                     (preprocess_params, "abstain_on_unknown_names", abstain_on_unknown_names),
+                                    (preprocess_params, "abstain_on_personal_questions",
+                                     abstain_on_personal_questions),
                                     (forward_params, "prefer_number_answers", prefer_number_answers),
                                     (forward_params, "exclude_title_spans", exclude_title_spans),
                                     (forward_params, "prefer_name_answers", prefer_name_answers),
@@ -273,6 +286,7 @@ class OpenQAPipeline(Pipeline):
             postprocess_params["calibration"] = _as_calibration(calibration)
             forward_params["idf_coverage"] = IDF_COVERAGE in postprocess_params["calibration"].features
             preprocess_params.setdefault("abstain_on_unknown_names", True)
+            preprocess_params.setdefault("abstain_on_personal_questions", True)
         if top_k is not None:
             if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
                 raise ValueError(f"top_k must be a positive int (answers per question), got {top_k!r}.")
@@ -292,8 +306,9 @@ class OpenQAPipeline(Pipeline):
         return preprocess_params, forward_params, postprocess_params
 
     def preprocess(
-        self, question: str, max_question_length: int | None = None, abstain_on_unknown_names: bool | None = None
-    ) -> dict:
+        self, question: str, max_question_length: int | None = None, abstain_on_unknown_names: bool | None = None,
+        abstain_on_personal_questions: bool | None = None,
+    ) -> dict:  # fmt: skip
         question = _question_text(question, "the question")
         config = self.model.config
         max_length = min(max_question_length or config.searcher_seq_len, config.max_position_embeddings)
@@ -303,6 +318,10 @@ class OpenQAPipeline(Pipeline):
         # A list of one list: batches collate it to one list per question, and one question's inputs pass as they are.
         inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
                                    if abstain_on_unknown_names else []]  # fmt: skip
+        if abstain_on_personal_questions is None:
+            abstain_on_personal_questions = self._calibration() is not None
+        asker = about_the_asker(question) if abstain_on_personal_questions else []
+        inputs["about_the_asker"] = [asker if asker and not speaks_in_person(self._document_frequencies()) else []]
         inputs.update(_answer_kinds([question]))
         return inputs
 
@@ -437,6 +456,7 @@ class OpenQAPipeline(Pipeline):
             "reader_input_ids": spans.reader_input_ids,  # (B, R, L)
             "block_mask": spans.block_mask,  # (B, R, L)
             "unknown_names": model_inputs.get("unknown_names", [[]] * batch_size),  # B lists of words
+            "about_the_asker": model_inputs.get("about_the_asker", [[]] * batch_size),  # B lists of words
         }
 
     def _name_spans(self, spans, questions: torch.BoolTensor) -> torch.BoolTensor:
@@ -606,9 +626,9 @@ class OpenQAPipeline(Pipeline):
         calibration = calibration if calibration is not None else self._calibration()
         confidences = calibration.confidence(outputs["features"]).tolist() if calibration is not None else None
         threshold = abstention_threshold if abstention_threshold is not None else getattr(calibration, "threshold", 0)
-        names = list(outputs["unknown_names"])
+        names, asker = list(outputs["unknown_names"]), list(outputs["about_the_asker"])
         # Only where there is a calibration to abstain with at all, and a threshold that can abstain.
-        unknown = confidences is not None and threshold > 0 and bool(names)
+        unknown = confidences is not None and threshold > 0 and bool(names or asker)
         block_ids = outputs["block_ids"].tolist()
         blocks = {}  # block index -> (text, character offsets of its tokens in the reader input)
         answers = []
@@ -636,6 +656,7 @@ class OpenQAPipeline(Pipeline):
                     "confidence": None if confidences is None else float(confidences[rank]),
                     "abstained": confidences is not None and (confidences[rank] < threshold or unknown),
                     "unknown_names": names,
+                    "about_the_asker": asker,
                 }
             )
         if top_k > 1:
@@ -646,7 +667,8 @@ class OpenQAPipeline(Pipeline):
         evidence = record_text(self.retriever.block_records[block_ids[0]])
         return {"answer": "", "score": 0.0, "start": 0, "end": 0, "block_id": block_ids[0],
                 "title": self._title(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
-                else 0.0, "abstained": calibration is not None, "unknown_names": names}  # fmt: skip
+                else 0.0, "abstained": calibration is not None, "unknown_names": names,
+                "about_the_asker": asker}  # fmt: skip
 
     def _calibration(self):
         """The model's calibration: `model.calibration` if set, else `calibration.json` beside its weights, else
@@ -865,12 +887,14 @@ def answers_with_features(
     open_qa: OpenQAPipeline, questions: list[str], batch_size: int = 8, progress: bool = False
 ) -> list[dict]:
     """Each question's best answer as `open_qa` gives it (`answer`, `evidence`), with every calibration feature
-    (`features`, in `CALIBRATION_FEATURES` order, whatever calibration the model has) and the names no document
-    mentions (`unknown_names`): what fitting a calibration reads (`realm-hf calibrate`,
-    examples/evaluate_question_sources.py). `progress`: a progress bar on stderr."""
+    (`features`, in `CALIBRATION_FEATURES` order, whatever calibration the model has), the names no document
+    mentions (`unknown_names`) and the words asking about the asker where the corpus cannot say (`about_the_asker`):
+    what fitting a calibration reads (`realm-hf calibrate`, examples/evaluate_question_sources.py). `progress`: a
+    progress bar on stderr."""
     from tqdm.auto import tqdm
 
-    frequencies = open_qa._document_frequencies()[0]
+    frequencies = open_qa._document_frequencies()
+    personal_corpus = speaks_in_person(frequencies)
     tokenizer, config = open_qa.tokenizer, open_qa.model.config
     results = []
     with tqdm(total=len(questions), desc="answering", unit="question", disable=not progress) as bar:
@@ -885,7 +909,8 @@ def answers_with_features(
                 answer = open_qa.postprocess(one, top_k=1)
                 results.append({"answer": answer["answer"], "evidence": answer["evidence"],
                                 "features": one["features"][0, 0].tolist(),
-                                "unknown_names": unknown_names(question, frequencies)})  # fmt: skip
+                                "unknown_names": unknown_names(question, frequencies[0]),
+                                "about_the_asker": [] if personal_corpus else about_the_asker(question)})  # fmt: skip
             bar.update(len(batch))
     return results
 
@@ -1187,6 +1212,46 @@ def unknown_names(question: str, frequencies: Counter) -> list[str]:
     return names
 
 
+# How a question speaks of its asker: "Who is the CEO of my company?", "Where did I park?". "I" counts only after a verb
+# that asks ("did I", "should I"): elsewhere in questions it is mostly a regnal number ("Mary I", "World War I"). "me"
+# after "tell" or "show" asks for nothing of the asker's ("Tell me who wrote Hamlet"). "our" and "we" are left out:
+# "our solar system", "Why do we dream?" ask about everyone.
+_ASKER_WORDS = frozenset({"my", "me", "myself"})
+_ASKING_VERBS = frozenset("am do did can could should shall will would may might must have had was".split())
+_POLITE_VERBS = frozenset("tell show give explain remind help let".split())
+# A corpus that speaks in the first or second person ("your password", "my notes") in at least this share of its blocks
+# may answer a question about its reader; an encyclopedia does not (the default model's: 0.09% of 43,829 blocks).
+PERSONAL_CORPUS_SHARE = 0.01
+
+
+def about_the_asker(question: str) -> list[str]:
+    """The words by which a question asks about its asker ("my", "me", "myself", and "I" after a verb that asks), as
+    written, each once; `[]` for a question about the world.
+
+    "Who is the CEO of my company?" -> ["my"]; "Where did I park?" -> ["I"]; "Who was Mary I?", "Tell me who wrote
+    Hamlet", "Who directed My Fair Lady?" (a title: "My" capitalised after the first word) -> []."""
+    words = _WORD.findall(question)
+    found = []
+    for index, word in enumerate(words):
+        previous = words[index - 1].lower() if index else ""
+        if word == "I":
+            asker = index == 0 or previous in _ASKING_VERBS
+        else:
+            asker = (word.islower() or index == 0) and word.lower() in _ASKER_WORDS
+            asker = asker and not (word.lower() == "me" and previous in _POLITE_VERBS)
+        if asker and word not in found:
+            found.append(word)
+    return found
+
+
+def speaks_in_person(frequencies: tuple[Counter, int]) -> bool:
+    """Whether a corpus speaks to or as a person: "you", "your" or "my" in at least `PERSONAL_CORPUS_SHARE` of its
+    blocks ([`document_frequencies`]). A handbook ("reset your password") or a diary may answer a question about its
+    reader; an encyclopedia cannot, however well a passage on chief executives reads."""
+    counts, total = frequencies
+    return total > 0 and sum(counts.get(word, 0) for word in ("you", "your", "my")) >= PERSONAL_CORPUS_SHARE * total
+
+
 def idf_coverage(question: str, block: str, frequencies: tuple[Counter, int]) -> float:
     """The share of the question's content words (not stop words) found in the block, each word weighted by its inverse
     document frequency in the corpus, `log((N + 1) / (df + 0.5))`; 1 for a question without content words.
@@ -1257,6 +1322,7 @@ def _confidence_features(
 
 __all__ = [
     "OpenQAPipeline",
+    "about_the_asker",
     "answers_with_features",
     "asks_for_a_number",
     "asks_for_a_year",
@@ -1264,6 +1330,7 @@ __all__ = [
     "idf_coverage",
     "number_spans",
     "spans_in_question",
+    "speaks_in_person",
     "unbalanced_spans",
     "unknown_names",
     "whole_number_spans",

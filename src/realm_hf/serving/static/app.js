@@ -41,10 +41,14 @@ function renderAnswer(answer) {
   if (typeof answer.score === "number") head.append(element("span", "score", "score " + answer.score.toFixed(3)));
   if (answer.abstained === true) {
     const names = Array.isArray(answer.unknown_names) ? answer.unknown_names : [];
-    const badge = element("span", "badge low-confidence", names.length ? "not in the documents" : "low confidence");
+    const asker = Array.isArray(answer.about_the_asker) ? answer.about_the_asker : [];
+    const label = names.length ? "not in the documents" : asker.length ? "about you" : "low confidence";
+    const badge = element("span", "badge low-confidence", label);
     badge.title = names.length
       ? "No document mentions " + names.join(", ") + ": this answer is a guess."
-      : "The model's confidence is below its abstention threshold: this answer may well be wrong.";
+      : asker.length
+        ? "The question asks about you (" + asker.join(", ") + "), and these documents are not about you: this answer is a guess."
+        : "The model's confidence is below its abstention threshold: this answer may well be wrong.";
     head.append(badge);
   }
   article.append(head);
