@@ -40,4 +40,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         writer.write(data)
 
 
-__all__ = ["atomic_path", "atomic_write_bytes", "usual_permissions"]
+def replace_directory(new: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Puts the complete directory `new` in `target`'s place (a sibling: one file system), in two renames: the old
+    `target` out to a hidden sibling, `new` in; then the old one is deleted. Readers see the old directory or the new
+    one, never a mix; a crash between the renames leaves both, whole, as hidden siblings of `target`."""
+    import shutil
+
+    new, target = Path(new), Path(target)
+    if not target.exists():
+        os.replace(new, target)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+    os.replace(target, retired / target.name)
+    os.replace(new, target)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+__all__ = ["atomic_path", "atomic_write_bytes", "replace_directory", "usual_permissions"]

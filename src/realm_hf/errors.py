@@ -5,7 +5,8 @@ keeps catching them; the command line maps them to exit codes in one place (`rea
     ├── UsageError (ValueError)       the command line asks for something that cannot be done: exit code 2
     ├── InputError (ValueError)       a question, value or argument the API cannot use (blank question, bad ids, ...)
     ├── FileFormatError (ValueError)  a user file is malformed: names the file and, where known, the line or byte
-    │   └── IndexMismatchError        the parts of an index disagree (documents vs embedding rows, dims)
+    │   ├── IndexMismatchError        the parts of an index disagree (documents vs embedding rows, dims)
+    │   └── MissingColumnError        a file of rows lacks the text column asked for (`column`, and the `found` ones)
     ├── MissingFileError (FileNotFoundError)  a path the user named does not exist
     └── ModelLoadError (OSError)      a model (directory or Hub repo id) could not be loaded: says why
 
@@ -38,6 +39,15 @@ class IndexMismatchError(FileFormatError):
     """The parts of an index (documents, embedding shards, manifest) disagree."""
 
 
+class MissingColumnError(FileFormatError):
+    """A file of rows has no text column of the name asked for: `column` is that name, `found` the file's columns
+    (the command line then names its --text-column option)."""
+
+    def __init__(self, message: str, *, column: str, found, path=None):
+        self.column, self.found = column, list(found)
+        super().__init__(message, path=path)
+
+
 class MissingFileError(RealmHfError, FileNotFoundError):
     """A file or directory the user named does not exist."""
 
@@ -50,6 +60,7 @@ __all__ = [
     "FileFormatError",
     "IndexMismatchError",
     "InputError",
+    "MissingColumnError",
     "MissingFileError",
     "ModelLoadError",
     "RealmHfError",

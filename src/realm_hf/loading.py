@@ -168,12 +168,19 @@ def find_retrieval(
             sources["embeddings"] = str(search_dir)
             if index_dir is None:
                 index_dir = own_index
+    if index is not None and (index_dir / INDEX_MANIFEST).is_file() and not (index_dir / DOCUMENTS_DIR).is_dir():
+        # Not the model's documents instead: they would be another corpus, and only a count could tell.
+        from .retrieval.index_files import read_manifest
+
+        _check_documents_kept(index_dir, read_manifest(index_dir))
     records, sources["documents"] = _find_block_records(name_or_path, directory, index_dir, hub_kwargs)
     if searcher is not None and searcher.num_blocks != len(records):
+        own = " (the index has no documents/ of its own)" if index_dir is not None and not (
+            index_dir / DOCUMENTS_DIR).is_dir() else ""  # fmt: skip
         raise ValueError(
             f"the index at {sources.get('embeddings', 'searcher=')} holds {searcher.num_blocks} blocks but the "
-            f"documents at {sources['documents']} hold {len(records)}: block ids would point at the wrong text. Pass "
-            "the index built over these documents (realm-hf index build writes both)."
+            f"documents at {sources['documents']}{own} hold {len(records)}: block ids would point at the wrong text. "
+            "Pass the index built over these documents (realm-hf index build writes both)."
         )
     if searcher is not None and index is None and directory is not None and sources.get("embeddings"):
         # The model's own index, read as the model directory asks (searcher.json: hybrid candidates, or dense).
@@ -249,6 +256,44 @@ def index_directory(index: str | os.PathLike, option: str = "--index / index=") 
                               "stopped", path=index_dir)  # fmt: skip
     raise FileFormatError(f"{option} expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
                           f"index build` writes it); {index_dir} has none.", path=index_dir)  # fmt: skip
+
+
+def check_index(index: str | os.PathLike, option: str = "--index / index=") -> Path:
+    """[`index_directory`] of `index`, with its parts checked against each other, reading headers only: the manifest
+    (`index.json`), every shard it lists, and `documents/` (one document per block; required of an index `realm-hf
+    index build` wrote, which keeps its corpus there). Returns the directory.
+
+    Raises:
+        MissingFileError, FileFormatError: as [`index_directory`].
+        FileFormatError: a part is missing or damaged; the message names the index as `option` and the part.
+    """
+    from .errors import FileFormatError
+    from .retrieval.index_builder import verify_index
+
+    index_dir = index_directory(index, option)
+    if not (index_dir / INDEX_MANIFEST).is_file():
+        return index_dir  # a faiss searcher (`realm-hf index compress`), whose loader checks its own files
+    try:
+        _check_documents_kept(index_dir, verify_index(index_dir))
+    except (OSError, ValueError) as error:
+        detail = "; ".join(line.strip() for line in str(error).splitlines() if line.strip()).rstrip(".")
+        raise FileFormatError(f"{option} {str(index)!r} is damaged: {detail}; expected the manifest, shards and "
+                              "documents/ that `realm-hf index build` writes (build it again, with --overwrite)",
+                              path=index_dir) from None  # fmt: skip
+    return index_dir
+
+
+def _check_documents_kept(index_dir: Path, manifest: dict) -> None:
+    """Raises `FileFormatError` where the index `index_dir`, built by `realm-hf index build` (its manifest records the
+    corpus), has lost its `documents/`: the texts its block ids stand for, which no other corpus can stand in for."""
+    from .errors import FileFormatError
+
+    provenance = manifest.get("provenance")
+    built_from_a_corpus = isinstance(provenance, dict) and "corpus_fingerprint" in provenance
+    if built_from_a_corpus and not (index_dir / DOCUMENTS_DIR).is_dir():
+        raise FileFormatError(f"{index_dir / DOCUMENTS_DIR} is missing: the texts of the index's "
+                              f"{manifest['num_blocks']} blocks, built from {provenance.get('corpus')!r}",
+                              path=index_dir / DOCUMENTS_DIR)  # fmt: skip
 
 
 def load_open_qa(
@@ -353,4 +398,4 @@ def save_open_qa(
     (tokenizer if tokenizer is not None else retriever.tokenizer).save_pretrained(save_directory)
 
 
-__all__ = ["OpenQARetrieval", "check_searcher_fits", "find_retrieval", "load_open_qa", "save_open_qa"]
+__all__ = ["OpenQARetrieval", "check_index", "check_searcher_fits", "find_retrieval", "load_open_qa", "save_open_qa"]

@@ -8,6 +8,7 @@ The commands run in-process (`main(argv)`); test_cli_processes.py runs the few t
 import hashlib
 import io
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -51,6 +52,8 @@ def inputs(tmp_path_factory, demo_dir):
         "empty.csv": b"",
         "broken.parquet": b"PAR1 not really parquet",
         "notes.docx": b"PK not really a document",
+        "notes": b"Paris is the capital of France.\n",
+        "empty-rows.jsonl": b'{"text": ""}\n\n{"text": "  ", "title": ""}\n',
         "caps.csv": b"Title,Text\nA,a\n",
         "semi.csv": b"title;text\nA;a\n",
         "array.json": b'[{"text": "a"}, {"title": "b"}]',
@@ -77,6 +80,12 @@ def inputs(tmp_path_factory, demo_dir):
     DocumentStore.from_records([{"text": "only one", "title": ""}]).save(
         fewer_documents / "documents",
     )
+    missing_shard = root / "missing-shard"
+    _copy_tree(finished, missing_shard)
+    (missing_shard / "embeddings-00000.safetensors").unlink()
+    missing_documents = root / "missing-documents"
+    _copy_tree(finished, missing_documents)
+    shutil.rmtree(missing_documents / "documents")
     # What the first build over an empty JSONL used to leave: documents/ with no documents, no index.json.
     leftover = root / "leftover"
     DocumentStore.from_records([]).save(leftover / "documents")
@@ -84,8 +93,6 @@ def inputs(tmp_path_factory, demo_dir):
 
 
 def _copy_tree(source: Path, target: Path) -> None:
-    import shutil
-
     shutil.copytree(source, target)
 
 
@@ -102,6 +109,22 @@ def _complete_indexes(root: Path) -> set[str]:
 # None, expected exit code, text the last stderr line must hold)
 CLI_CASES = [
     ("unknown-command", ["frobnicate"], None, 2, "invalid choice: 'frobnicate'"),
+    ("misspelt-command", ["aks", "q?"], None, 2, "invalid choice: 'aks' (choose from 'demo', 'ask', 'index', "
+     "'convert', 'evaluate', 'push', 'train', 'calibrate', 'pretrain', 'serve'); did you mean 'ask'? (see `realm-hf "
+     "--help`)"),
+    ("misspelt-index-subcommand", ["index", "biuld", "--corpus", "x"], None, 2, "invalid choice: 'biuld' (choose "
+     "from 'build', 'add', 'offload', 'compress', 'eval'); did you mean 'build'? (see `realm-hf index --help`)"),
+    ("ask-index-shard-missing", ["ask", "--model", "{demo}", "--index", "{in}/missing-shard", "q?"], None, 1,
+     "missing-shard' is damaged: index shard "),
+    ("ask-index-documents-missing", ["ask", "--model", "{demo}", "--index", "{in}/missing-documents", "q?"], None, 1,
+     "missing-documents/documents is missing: the texts of the index's 6 blocks, built from "),
+    ("ask-index-manifest-broken", ["ask", "--model", "{demo}", "--index", "{in}/broken-manifest", "q?"], None, 1,
+     "broken-manifest' is damaged: "),
+    ("evaluate-index-shard-missing", ["evaluate", "--model", "{demo}", "--index", "{in}/missing-shard", "--data",
+                                      "{in}/qa-broken.jsonl"], None, 1, "missing-shard' is damaged: index shard "),
+    ("train-index-documents-missing", ["train", "--model", "{demo}", "--index", "{in}/missing-documents",
+                                       "--train-file", "{in}/qa-broken.jsonl", "--output-dir", "{out}"], None, 1,
+     "missing-documents' is damaged: "),
     ("top-k-zero", ["ask", "--model", "{demo}", "--top-k", "0", "q?"], None, 2, "expected a positive integer, got '0'"),
     ("batch-size-word", ["ask", "--batch-size", "many", "q?"], None, 2, "expected a positive integer, got 'many'"),
     ("build-missing-args", ["index", "build", "--model", "{demo}"], None, 2, "required: --corpus, --output"),
@@ -181,7 +204,11 @@ CLI_CASES = [
     ("build-blank-jsonl", ["index", "build", "--model", "{demo}", "--corpus", "{in}/blank.jsonl", "--output", "{out}"],
      None, 1, "expected at least one document"),
     ("build-jsonl-without-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notext.jsonl", "--output",
-                                  "{out}"], None, 1, "expected a text column 'text', found columns ['title', 'body']"),
+                                  "{out}"], None, 1, "expected a text column 'text', found columns ['title', 'body']; "
+                                                     "pass --text-column with the column that holds the text"),
+    ("build-only-empty-rows", ["index", "build", "--model", "{demo}", "--corpus", "{in}/empty-rows.jsonl", "--output",
+                               "{out}"], None, 1, "empty-rows.jsonl': expected rows with a text or a title, received 2 "
+                                                  "rows with neither (lines 1, 3)"),
     ("build-broken-json-line", ["index", "build", "--model", "{demo}", "--corpus", "{in}/broken.jsonl", "--output",
                                 "{out}"], None, 1, "broken.jsonl line 2: expected JSON Lines"),
     ("build-json-list-line", ["index", "build", "--model", "{demo}", "--corpus", "{in}/list.jsonl", "--output",
@@ -189,7 +216,9 @@ CLI_CASES = [
     ("build-latin1-jsonl", ["index", "build", "--model", "{demo}", "--corpus", "{in}/latin1.jsonl", "--output",
                             "{out}"], None, 1, "latin1.jsonl line 2: expected UTF-8 text, received byte 0xe9"),
     ("build-csv-wrong-columns", ["index", "build", "--model", "{demo}", "--corpus", "{in}/wrong.csv", "--output",
-                                 "{out}"], None, 1, "expected a text column 'text', found columns ['foo', 'bar']"),
+                                 "{out}"], None, 1, "wrong.csv: expected a text column 'text', found columns ['foo', "
+                                                    "'bar']; pass --text-column with the column that holds the text "
+                                                    "(and --title-column with the one of the titles, if any)"),
     ("build-tsv-wrong-columns", ["index", "build", "--model", "{demo}", "--corpus", "{in}/wrong.tsv", "--output",
                                  "{out}"], None, 1, "expected a text column 'text', found columns ['foo', 'bar']"),
     ("build-empty-csv", ["index", "build", "--model", "{demo}", "--corpus", "{in}/empty.csv", "--output", "{out}"],
@@ -197,7 +226,14 @@ CLI_CASES = [
     ("build-broken-parquet", ["index", "build", "--model", "{demo}", "--corpus", "{in}/broken.parquet", "--output",
                               "{out}"], None, 1, "broken.parquet could not be read as parquet"),
     ("build-unknown-suffix", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notes.docx", "--output",
-                              "{out}"], None, 1, "notes.docx: expected a file ending in one of"),
+                              "{out}"], None, 1, "notes.docx': expected a file ending in one of ['.csv', '.json', "
+                                                 "'.jsonl', '.ndjson', '.parquet', '.pq', '.tsv'] (rows; optionally "
+                                                 "compressed), ['.txt', '.text', '.md', '.markdown'] (text) or "
+                                                 "['.npy', '.safetensors'] (block records), a directory of text files "
+                                                 "or a saved document store; received a .docx file. If it holds one "
+                                                 "of those, rename it to that ending"),
+    ("build-no-suffix", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notes", "--output", "{out}"], None,
+     1, "received a file without an ending. If it holds one of those, rename it to that ending"),
     ("build-row-without-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/holes.jsonl", "--output",
                                 "{out}"], None, 1, "holes.jsonl: line 3 has no text; expected a 'text' field"),
     ("build-number-as-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/number.jsonl", "--output",
@@ -221,7 +257,17 @@ CLI_CASES = [
     ("build-no-such-model", ["index", "build", "--model", "./no-such-model", "--corpus", "{in}/good.jsonl",
                              "--output", "{out}"], None, 1, "'./no-such-model': no such directory"),
     ("build-into-finished-index", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
-                                   "{in}/finished"], None, 2, "add documents to it with `realm-hf index add --index"),
+                                   "{in}/finished"], None, 2, "finished already holds a finished index: pass --overwrite "
+                                                              "to replace it (the old one stays until the new one is "
+                                                              "complete), add documents to it with `realm-hf index "
+                                                              "add --index"),
+    ("build-overwrite-what-is-no-index", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl",
+                                          "--output", "{in}/mixed", "--overwrite"], None, 2,
+     "mixed holds files that are no part of an index (notes.md, rows.jsonl); expected a directory of nothing but an "
+     "index to replace"),
+    ("build-output-under-a-file", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
+                                   "{in}/good.jsonl/index"], None, 2,
+     "good.jsonl/index': expected a directory to write in, but "),
     ("build-over-empty-leftover", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
                                    "{in}/leftover"], None, 1, "holds a partial build over another corpus (0 documents"),
     ("add-to-a-non-index", ["index", "add", "--index", "{in}/leftover", "--model", "{demo}", "--corpus",
@@ -254,6 +300,46 @@ def test_cli_bad_input_is_one_clean_line(argv, stdin, code, message, inputs, dem
     assert _hashes(inputs) == before  # nothing the user gave was modified
     assert _complete_indexes(inputs) == complete_before
     assert not output.exists() or not (output / "index.json").exists()
+
+
+@pytest.mark.parametrize(("damaged", "part"), [
+    ("missing-shard", "missing-shard/embeddings-00000.safetensors is missing"),
+    ("broken-manifest", "broken-manifest/index.json is not valid JSON"),
+    # not "holds 6 blocks but the documents at .../demo hold 16": the model's own corpus does not stand in
+    ("missing-documents", "missing-documents/documents is missing: the texts of the index's 6 blocks"),
+])  # fmt: skip
+def test_a_damaged_index_is_named_not_the_model(damaged, part, inputs, demo_dir, capsys):
+    assert main(["ask", "--model", str(demo_dir), "--index", str(inputs / damaged), "q?"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"realm-hf ask: error: --index {str(inputs / damaged)!r} is damaged: ") and part in err
+    assert err.endswith("that `realm-hf index build` writes (build it again, with --overwrite)")
+    assert "could not load" not in err and "--model" not in err and len(err.splitlines()) == 1
+
+
+def test_api_an_index_without_its_documents_is_refused(inputs, demo_dir):
+    from realm_hf import load_open_qa
+
+    with pytest.raises(FileFormatError, match=r"missing-documents/documents is missing: the texts of the index's 6"):
+        load_open_qa(demo_dir, index=inputs / "missing-documents")
+
+
+@pytest.mark.parametrize("corpus", ["notes.docx", "notes"])
+def test_an_unknown_corpus_ending_lists_what_the_command_line_reads(corpus, inputs, demo_dir, tmp_path, capsys):
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(inputs / corpus), "--output",
+                 str(tmp_path / "out")]) == 1  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "'.txt'" in err and "'.md'" in err and "'.jsonl'" in err and "file_format" not in err
+    assert err.endswith("If it holds one of those, rename it to that ending")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")
+def test_an_output_that_cannot_be_made_is_named_before_the_corpus_is_read(inputs, demo_dir, capsys):
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(inputs / "good.jsonl"), "--output",
+                 "/proc/realm-hf-index"]) == 2  # fmt: skip
+    assert capsys.readouterr().err.strip() == (
+        "realm-hf index build: error: --output '/proc/realm-hf-index': expected a directory to write in, but its "
+        "parent /proc takes no new files (No such file or directory)"
+    )
 
 
 def test_ask_answers_the_good_questions_of_a_batch_and_flags_the_bad(demo_dir, capsys):

@@ -238,6 +238,23 @@ def test_help_teaches(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "realm-hf ask" in out and "demo" in out
+    assert out.startswith("usage: realm-hf [-h] [--debug] COMMAND ...\n")  # a command is expected
+    with pytest.raises(SystemExit):
+        main(["ask", "--help"])
+    assert capsys.readouterr().out.startswith("usage: realm-hf ask [-h]")  # not prefixed with the line above
+
+
+def test_help_names_every_index_subcommand():
+    import argparse
+
+    from realm_hf.cli.main import DESCRIPTION, build_parser
+
+    index = build_parser()._subparsers._group_actions[0].choices["index"]
+    subcommands = next(action for action in index._actions if isinstance(action, argparse._SubParsersAction))
+    # "  index  build / add / eval / offload / compress: ..." in `realm-hf --help`
+    line = next(line for line in DESCRIPTION.splitlines() if line.startswith("  index "))
+    assert line.split(":")[0].split()[1::2] == ["build", "add", "eval", "offload", "compress"]
+    assert set(line.split(":")[0].split()[1::2]) == set(subcommands.choices)
 
 
 def test_device_flag_resolves_auto_and_names_a_missing_gpu(monkeypatch):

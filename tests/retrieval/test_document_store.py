@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from realm_hf import RealmRetriever, RealmTokenizer
+from realm_hf.errors import FileFormatError, MissingColumnError
 from realm_hf.retrieval.block_records import UnsafeBlockRecordsError, load_block_records, save_block_records
 from realm_hf.retrieval.document_store import (
     MANIFEST_NAME,
@@ -182,8 +183,13 @@ def test_from_file_id_column(tmp_path, filename):
 def test_from_file_missing_columns_name_expected_and_found(tmp_path, filename):
     rows = [{"heading": record["title"], "body": record["text"]} for record in CORPUS]
     path = WRITERS[filename](tmp_path / filename, rows)
-    with pytest.raises(ValueError, match=r"expected a text column 'text', found columns \['heading', 'body'\]"):
+    with pytest.raises(
+        MissingColumnError, match=r"expected a text column 'text', found columns \['heading', 'body'\]$"
+    ) as missing:
         DocumentStore.from_file(path)
+    # The command line adds its --text-column hint; the Python API names no option it does not have.
+    assert (missing.value.column, missing.value.found) == ("text", ["heading", "body"])
+    assert isinstance(missing.value, FileFormatError)
     with pytest.raises(ValueError, match=r"expected an id column 'key', found columns \['heading', 'body'\]"):
         DocumentStore.from_file(path, text_column="body", title_column="heading", id_column="key")
     untitled = DocumentStore.from_file(path, text_column="body", title_column="title")  # no such column: titles ""
@@ -194,8 +200,8 @@ def test_from_file_missing_columns_name_expected_and_found(tmp_path, filename):
 
 def test_from_file_rejects_unknown_formats_and_bad_rows(tmp_path):
     (tmp_path / "corpus.xml").write_text("<corpus/>")
-    with pytest.raises(ValueError, match="expected a file ending in one of"):
-        DocumentStore.from_file(tmp_path / "corpus.xml")
+    with pytest.raises(ValueError, match="expected a file ending in one of .* pass file_format='jsonl'"):
+        DocumentStore.from_file(tmp_path / "corpus.xml")  # the Python API's own argument, which the CLI lacks
     with pytest.raises(FileNotFoundError, match="expected a jsonl file"):
         DocumentStore.from_file(tmp_path / "missing.jsonl")
     (tmp_path / "array.json").write_text('[{"text": "a"}]')  # a .json array is read as records

@@ -6,8 +6,9 @@ import torch
 from conftest import tiny_config
 
 from realm_hf import RealmEmbedder, RealmTokenizer
+from realm_hf.errors import UsageError
 from realm_hf.retrieval.embedding import embed_blocks, encode_blocks
-from realm_hf.retrieval.index_builder import BUILD_SETTINGS_NAME, add_to_index, build_index
+from realm_hf.retrieval.index_builder import BUILD_SETTINGS_NAME, add_to_index, build_index, index_add_command
 from realm_hf.retrieval.index_files import open_index_shards, shard_file_name
 
 WORDS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)]
@@ -95,6 +96,21 @@ def test_resume_with_other_settings_is_refused(tmp_path, embedder_and_tokenizer)
     (tmp_path / BUILD_SETTINGS_NAME).write_text('{"num_blocks": 30, "shard_size": 7}')
     with pytest.raises(ValueError, match="shard_size: was 7, now 5"):
         build_index(embedder, tokenizer, _texts(30), tmp_path, shard_size=5, progress=False)
+
+
+def test_a_finished_index_is_refused_with_the_index_add_command_that_fits_it(tmp_path, embedder_and_tokenizer):
+    embedder, tokenizer = embedder_and_tokenizer
+    kwargs = dict(shard_size=5, batch_size=4, max_length=16, progress=False)
+    build_index(embedder, tokenizer, _texts(6), tmp_path / "bare", **kwargs)  # no provenance: the model is unknown
+    with pytest.raises(UsageError, match=r"`realm-hf index add --index \S+/bare \[--model MODEL\] --corpus NEW_DOCS`"):
+        build_index(embedder, tokenizer, _texts(6), tmp_path / "bare", **kwargs)
+    build_index(embedder, tokenizer, _texts(6), tmp_path / "known", provenance={"model": "my model"}, **kwargs)
+    with pytest.raises(UsageError, match=r"--index \S+/known --model 'my model' --corpus NEW_DOCS`"):
+        build_index(embedder, tokenizer, _texts(6), tmp_path / "known", **kwargs)
+    # Built with the default model, `index add` needs no --model.
+    assert index_add_command(tmp_path / "known", default_model="my model") == (
+        f"realm-hf index add --index {tmp_path / 'known'} --corpus NEW_DOCS"
+    )
 
 
 def test_add_to_index_appends_with_stable_ids(tmp_path, embedder_and_tokenizer):

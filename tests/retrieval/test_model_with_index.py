@@ -2,7 +2,11 @@
 `realm-hf index` commands end to end."""
 
 import json
+import os
 import shutil
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -148,3 +152,75 @@ def test_index_commands_build_add_eval_offload(tmp_path, demo_dir, capsys, caplo
         len(DocumentStore.load(tmp_path / "offloaded" / "documents"))
         == ExactSearcher.from_index(tmp_path / "offloaded").num_blocks
     )
+
+
+def _rows(path, texts):
+    path.write_text("".join(json.dumps({"title": f"Doc {i}", "text": text}) + "\n" for i, text in enumerate(texts)))
+    return path
+
+
+def _files(directory):
+    return {path.relative_to(directory).as_posix(): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file()}  # fmt: skip
+
+
+def test_index_build_overwrite_swaps_the_new_index_in_only_once_complete(tmp_path, demo_dir, capsys):
+    index = tmp_path / "index"
+    build = ["index", "build", "--model", str(demo_dir), "--output", str(index), "--quiet"]
+    assert main([*build, "--corpus", str(_rows(tmp_path / "old.jsonl", ["Paris is in France."] * 3))]) == 0
+    old_files = _files(index)
+    new = _rows(tmp_path / "new.jsonl", [f"Rome is old {i}." for i in range(100)])
+    # Without --overwrite: refused, naming it, and `index add` with the model the index was built with.
+    assert main([*build, "--corpus", str(new)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a finished index: pass --overwrite to replace it" in err
+    assert f"`realm-hf index add --index {index} --model {demo_dir} --corpus NEW_DOCS`" in err
+
+    # Interrupted by a real SIGINT once the new index's first shard is written: the old index is untouched.
+    staging = tmp_path / ".index.overwrite"
+
+    def interrupt_after_the_first_shard():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if list(staging.glob("embeddings-*.safetensors")):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.005)
+
+    overwrite = [*build, "--corpus", str(new), "--overwrite", "--shard-size", "10", "--batch-size", "10"]
+    watcher = threading.Thread(target=interrupt_after_the_first_shard)
+    watcher.start()
+    assert main(overwrite) == 130
+    watcher.join()
+    assert _files(index) == old_files and not (staging / "index.json").exists()
+    first_shard = (staging / "embeddings-00000.safetensors").stat().st_ino
+
+    # The same command again resumes (the shard written before the interrupt is kept) and swaps the index in.
+    assert main(overwrite) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"indexed 100 blocks (32-d) in 10 shards at {index} (replacing the index that was there)"
+    )
+    assert (index / "embeddings-00000.safetensors").stat().st_ino == first_shard
+    assert len(DocumentStore.load(index / "documents")) == ExactSearcher.from_index(index).num_blocks == 100
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["index", "new.jsonl", "old.jsonl"]  # nothing left
+
+    # What a build this one cannot resume left there (here a finished index never swapped in) is built afresh.
+    shutil.copytree(index, staging)
+    assert main([*build, "--corpus", str(tmp_path / "old.jsonl"), "--overwrite"]) == 0
+    embeddings = {name: data for name, data in old_files.items() if not name.startswith("documents/")}
+    assert {name: data for name, data in _files(index).items() if not name.startswith("documents/")} == embeddings
+    assert len(DocumentStore.load(index / "documents")) == 3 and not staging.exists()
+
+
+def test_index_build_and_add_count_one_block_in_the_singular(tmp_path, demo_dir, capsys, monkeypatch):
+    monkeypatch.setenv("REALM_HF_DEFAULT_MODEL", str(demo_dir))  # no --model: the default model's embedder
+    index = tmp_path / "index"
+    corpus = _rows(tmp_path / "one.jsonl", ["Paris is the capital of France."])
+    assert main(["index", "build", "--corpus", str(corpus), "--output", str(index), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == f"indexed 1 block (32-d) in 1 shard at {index}"
+    # built with the default model, `index add` needs no --model, and the hint gives none
+    assert main(["index", "build", "--corpus", str(corpus), "--output", str(index), "--quiet"]) == 2
+    assert f"`realm-hf index add --index {index} --corpus NEW_DOCS`" in capsys.readouterr().err
+    more = _rows(tmp_path / "more.jsonl", ["Rome is the capital of Italy."])
+    assert main(["index", "add", "--index", str(index), "--corpus", str(more), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == "added 1 block with id 1; index now holds 2 blocks"

@@ -79,14 +79,28 @@ def test_index_build_reads_a_folder_of_notes_and_splits_a_long_row(demo_dir, tmp
     assert [(row["title"], row["text"]) for row in store] == [("france: France", "Paris is the capital of France."),
                                                               ("japan", "Tokyo is the capital of Japan.")]  # fmt: skip
 
+    # A row with a title and no text is indexed as its title; one with neither is left out (an empty block, whose
+    # "answer" was empty), and the note names its line.
     blank = tmp_path / "blank.jsonl"
     blank.write_text(
-        "".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in [("A", "a"), ("B", " "), ("C", "")])
+        "".join(json.dumps({"title": t, "text": x}) + "\n" for t, x in [("A", "a"), ("B", " "), ("", ""), ("C", "")])
+        + '\n{"text": " "}\n'
     )
     capsys.readouterr()
     assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(blank), "--output",
                  str(tmp_path / "blank-index"), "--quiet"]) == 0  # fmt: skip
-    assert "note: 2 documents have no text (ids 1, 2)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "note: left out 2 rows with neither text nor title (lines 3, 6); 3 documents remain" in err
+    assert "note: 2 documents have no text (ids 1, 2): they are indexed as their title alone" in err
+    store = DocumentStore.load(tmp_path / "blank-index" / "documents")
+    assert [(row["id"], row["title"], row["text"]) for row in store] == [(0, "A", "a"), (1, "B", " "), (2, "C", "")]
+    table = tmp_path / "blank.csv"
+    table.write_text("text,title\n,T\n,\nOslo is the capital of Norway.,Oslo\n")
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(table), "--output",
+                 str(tmp_path / "csv-index"), "--quiet"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "note: left out 1 row with neither text nor title (row 1); 2 documents remain" in err
+    assert "note: 1 document has no text (id 0): it is indexed as its title alone" in err
 
     filler = " ".join(f"Belt {index} was checked." for index in range(100))
     rows = tmp_path / "handbook.jsonl"
@@ -94,7 +108,7 @@ def test_index_build_reads_a_folder_of_notes_and_splits_a_long_row(demo_dir, tmp
     capsys.readouterr()
     assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(rows), "--output",
                  str(tmp_path / "handbook-index"), "--quiet"]) == 0  # fmt: skip
-    assert "note: 1 documents -> 4 passages" in capsys.readouterr().err
+    assert "note: 1 document -> 4 passages" in capsys.readouterr().err
     store = DocumentStore.load(tmp_path / "handbook-index" / "documents")
     assert store[-1]["text"].endswith("The fire marshal is Henrik Berg.")  # the end of the row is in a block
     assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(rows), "--output",
@@ -165,3 +179,14 @@ def test_over_section_headings_no_heading_is_an_answer(demo_dir, tmp_path):
     assert batched[0] == answers or [a["answer"] for a in batched[0]] == [a["answer"] for a in answers]
     kept = open_qa(question, top_k=50, exclude_title_spans=False)
     assert any(answer["start"] < len(answer["title"]) for answer in kept)  # the untrained reader ranks them too
+
+
+def test_drop_empty_documents_renumbers_the_others_and_keeps_their_columns():
+    store = DocumentStore.from_records([{"title": "A", "text": "a", "source": "x"},
+                                        {"title": " ", "text": "\n", "source": "y"},
+                                        {"title": "", "text": "c", "source": "z"}])  # fmt: skip
+    kept, dropped = passages.drop_empty_documents(store)
+    assert dropped == [1] and [(row["id"], row["text"], row["source"]) for row in kept] == [(0, "a", "x"),
+                                                                                            (1, "c", "z")]  # fmt: skip
+    again, none = passages.drop_empty_documents(kept)
+    assert again is kept and none == []

@@ -31,6 +31,7 @@ class RealmHfArgumentParser(argparse.ArgumentParser):
             close = closest_option(self, [word for word in self.argv if word.split("=", 1)[0] not in known])
             if close:
                 message += f" ({close[0]}: did you mean {close[1]}?)"
+        message += closest_subcommand(self, message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -45,6 +46,21 @@ def closest_option(parser: argparse.ArgumentParser, unknown: list[str]) -> tuple
             if close:
                 return word.split("=", 1)[0], close[0]
     return None
+
+
+def closest_subcommand(parser: argparse.ArgumentParser, message: str) -> str:
+    """`"; did you mean 'ask'?"` when `message` is argparse's "invalid choice: 'aks'" for `parser`'s subcommands and
+    one is close, else `""` (argparse suggests options, as `did_you_mean` does, but not subcommands)."""
+    import difflib
+    import re
+
+    found = re.search(r"invalid choice: '([^']*)'", message)
+    commands = [name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+                for name in action.choices]  # fmt: skip
+    if not found or not commands:
+        return ""
+    close = difflib.get_close_matches(found.group(1), commands, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
@@ -310,6 +326,28 @@ def refuse_to_overwrite(output: Path, option: str = "--output", resumable: bool 
         shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
         raise UsageError(f"{option} {output} already holds files ({shown}): expected a new or empty directory; "
                          "remove it, or write somewhere else")  # fmt: skip
+
+
+def check_writable_directory(path: Path, option: str = "--output") -> None:
+    """Raises `UsageError` unless `path` is, or can be made, a directory to write in: its nearest existing ancestor
+    must be a directory that takes a new entry (tried with an empty directory, removed at once). A command checks its
+    output so before it reads or loads anything, and names the cause, not a bare `[Errno 2]` after minutes."""
+    import tempfile
+
+    from realm_hf.errors import UsageError
+
+    path = Path(path)
+    ancestor = path.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{option} {str(path)!r}: expected a directory to write in, but {ancestor} is a file")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".realm-hf-write-check-", dir=ancestor))
+    except OSError as error:
+        where = "it" if ancestor == path.absolute() else f"its parent {ancestor}"
+        raise UsageError(f"{option} {str(path)!r}: expected a directory to write in, but {where} takes no new files "
+                         f"({error.strerror or error})") from None  # fmt: skip
 
 
 def finished_run(results_path: Path, max_steps: int) -> bool:

@@ -105,6 +105,10 @@ def cmd_evaluate(args) -> int:
 
     if args.model is not None:
         args.model = model_location(args.model)
+    if args.index is not None:  # a missing or damaged index is named as such, not as a model that failed to load
+        from realm_hf.loading import check_index
+
+        check_index(args.index, "--index")
     if args.predictions is not None and (args.predictions.is_dir() or not args.predictions.parent.is_dir()):
         raise UsageError(f"--predictions expects a file to write in an existing directory, got {args.predictions}")
     try:

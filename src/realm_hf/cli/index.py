@@ -7,13 +7,22 @@ from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
 
-from .arguments import add_device_argument, non_negative_int, positive_int, refuse_to_overwrite, resolve_device
+from .arguments import (
+    add_device_argument,
+    check_writable_directory,
+    non_negative_int,
+    positive_int,
+    refuse_to_overwrite,
+    resolve_device,
+)
 
 # The name of an index's document store, as `realm_hf.retrieval.index_builder.DOCUMENTS_DIR` (not imported: it loads
 # torch, and parsers must not).
 DOCUMENTS_DIR = "documents"
 # As `realm_hf.retrieval.passages.DEFAULT_MAX_WORDS` (not imported, for the same reason).
 DEFAULT_MAX_WORDS = 120
+# Files `--corpus` reads as block records (Google's block_records.npy, ours in safetensors).
+BLOCK_RECORDS_SUFFIXES = (".npy", ".safetensors")
 HELP = """\
 An index directory holds the block embeddings (index.json + safetensors shards) and, under documents/, the corpus
 they were computed from. Block ids are stable: adding documents appends ids and never renumbers.
@@ -35,13 +44,15 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
     """A `DocumentStore` from a saved store directory, a block_records file (.npy / .safetensors), JSONL / CSV / TSV /
     Parquet with `text` and optional `title` columns, a .txt or Markdown file, or a directory of .txt / Markdown files
     (one document per paragraph); with `max_words`, texts longer than that are split into passages. `text_column` and
-    `title_column` name the columns of a file of rows."""
-    from realm_hf.errors import FileFormatError, MissingFileError
-    from realm_hf.retrieval.document_import import FILE_FORMATS
+    `title_column` name the columns of a file of rows. Rows with neither a text nor a title are left out, with a note
+    naming them; a corpus of only such rows raises `FileFormatError`."""
+    from realm_hf.errors import FileFormatError, MissingColumnError, MissingFileError
+    from realm_hf.retrieval.document_import import FILE_FORMATS, column_hint, row_file_format
     from realm_hf.retrieval.document_store import MANIFEST_NAME, DocumentStore
     from realm_hf.retrieval.passages import TEXT_SUFFIXES, read_text_files, split_long_documents
 
     location = Path(path)
+    rows_of = None  # the format of a file of rows, whose rows are then named by line (JSONL) or row
     if location.is_dir():
         nested = location / DOCUMENTS_DIR
         if nested.is_dir() or (location / MANIFEST_NAME).is_file():
@@ -59,28 +70,101 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
                     path=location,
                 )  # fmt: skip
             store = _text_store(read_text_files(texts), path)
-    elif location.name.startswith("block_records") or location.suffix in (".npy", ".safetensors"):
+    elif location.name.startswith("block_records") or location.suffix in BLOCK_RECORDS_SUFFIXES:
         store = DocumentStore.from_block_records(location)
     elif not location.is_file():
         raise MissingFileError(f"corpus {path!r} does not exist (expected a file or a saved document store)")
     elif location.suffix.lower() in TEXT_SUFFIXES:
         store = _text_store(read_text_files([location]), path)
+    elif row_file_format(location) is None:
+        # DocumentStore.from_file's own message names its file_format= argument, which the command line has not.
+        received = f"a {location.suffix} file" if location.suffix else "a file without an ending"
+        raise FileFormatError(
+            f"corpus {path!r}: expected a file ending in one of {sorted(FILE_FORMATS)} (rows; optionally compressed), "
+            f"{list(TEXT_SUFFIXES)} (text) or {list(BLOCK_RECORDS_SUFFIXES)} (block records), a directory of text "
+            f"files or a saved document store; received {received}. If it holds one of those, rename it to that "
+            "ending",
+            path=location,
+        )  # fmt: skip
     else:
-        store = DocumentStore.from_file(location, text_column=text_column, title_column=title_column)
+        rows_of = row_file_format(location)
+        try:
+            store = DocumentStore.from_file(location, text_column=text_column, title_column=title_column)
+        except MissingColumnError as error:
+            if error.column != text_column or column_hint(error.column, error.found):
+                raise  # the message already says what to do (rename a column, or write the file with commas)
+            raise MissingColumnError(
+                f"{error}; pass --text-column with the column that holds the text (and --title-column with the one "
+                "of the titles, if any)",
+                column=error.column, found=error.found, path=error.path,
+            ) from None  # fmt: skip
+    store = _without_empty_rows(store, path, rows_of)
     blank = [start + offset for start, _, texts in store.iter_batches(10_000)
              for offset, text in enumerate(texts) if not text.strip()]  # fmt: skip
     if blank:
         shown = ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else "")
-        print(f"note: {len(blank)} documents have no text (ids {shown}): they are indexed as their title alone",
+        print(f"note: {_count(len(blank), 'document')} {'has' if len(blank) == 1 else 'have'} no text "
+              f"({'id' if len(blank) == 1 else 'ids'} {shown}): "
+              f"{'it is indexed as its' if len(blank) == 1 else 'they are indexed as their'} title alone",
               file=sys.stderr)  # fmt: skip
     if not max_words:
         return store
     passages = split_long_documents(store, max_words)
     if passages is not store:
-        print(f"note: {len(store)} documents -> {len(passages)} passages: texts longer than {max_words} words are "
-              "split at sentence ends (--max-words; 0 keeps them whole, and the model then reads only their first "
-              "~200 words)", file=sys.stderr)  # fmt: skip
+        print(f"note: {_count(len(store), 'document')} -> {_count(len(passages), 'passage')}: texts longer than "
+              f"{max_words} words are split at sentence ends (--max-words; 0 keeps them whole, and the model then "
+              "reads only their first ~200 words)", file=sys.stderr)  # fmt: skip
     return passages
+
+
+def _count(number: int, noun: str) -> str:
+    """`"1 block"`, `"2 blocks"`: a count with its noun in the number it takes."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _without_empty_rows(store, path: str, rows_of: str | None):
+    """`store` without its rows that have neither a text nor a title (nothing to search or read: asked over, such a
+    block gave an empty answer), with a note naming them; `FileFormatError` when no row is left."""
+    from realm_hf.errors import FileFormatError
+    from realm_hf.retrieval.passages import drop_empty_documents
+
+    kept, dropped = drop_empty_documents(store)
+    if not dropped:
+        return store
+    where = _row_places(Path(path), dropped, rows_of)
+    if len(kept) == 0:
+        raise FileFormatError(f"corpus {path!r}: expected rows with a text or a title, received "
+                              f"{_count(len(dropped), 'row')} with neither ({where})", path=path)  # fmt: skip
+    print(f"note: left out {_count(len(dropped), 'row')} with neither text nor title ({where}); "
+          f"{_count(len(kept), 'document')} remain", file=sys.stderr)  # fmt: skip
+    return kept
+
+
+def _row_places(location: Path, ids: list[int], rows_of: str | None) -> str:
+    """Where the first few of the rows `ids` (0-based, in reading order) are, as their reader names rows in its
+    errors: "lines 2, 5" of a JSON Lines file, "array items 0, 3" of a JSON array, "rows 0, 3" of a CSV, TSV or
+    Parquet file (0 is the first below the header), "ids 0, 3" of anything else."""
+    shown, more = ids[:5], ", ..." if len(ids) > 5 else ""
+    numbers, noun = shown, "id"
+    if rows_of == "jsonl":
+        from realm_hf.retrieval.document_import import read_jsonl
+        from realm_hf.retrieval.document_store import _is_json_array
+
+        if _is_json_array(location):
+            noun = "array item"
+        else:
+            # Blank lines are no rows: a second pass finds the line of each (only the first few are looked for).
+            position, wanted, numbers, noun = {"line": 0}, set(shown), [], "line"
+            records = read_jsonl(location, location.name, position)
+            for index, _ in enumerate(records):
+                if index in wanted:
+                    numbers.append(position["line"])
+                    if len(numbers) == len(shown):
+                        break
+            records.close()
+    elif rows_of is not None:
+        noun = "row"
+    return f"{noun if len(ids) == 1 else noun + 's'} {', '.join(map(str, numbers))}{more}"
 
 
 def _text_store(documents: list[dict], path: str):
@@ -128,13 +212,21 @@ def cmd_build(args) -> int:
     from realm_hf.errors import FileFormatError, IndexMismatchError
     from realm_hf.retrieval.distributed import process_state
     from realm_hf.retrieval.document_store import DocumentStore
-    from realm_hf.retrieval.index_builder import build_index, refuse_finished_index
+    from realm_hf.retrieval.index_builder import build_index
 
     output = Path(args.output)
     if output.is_file():
         raise FileFormatError(f"--output {args.output!r} is a file; expected a directory to write the index into (a "
                               "new one, or an unfinished build to resume)", path=output)  # fmt: skip
-    refuse_finished_index(output)
+    # --overwrite builds beside the output and swaps the new index in once complete: until then the old one serves,
+    # and an interrupted build leaves it whole (and resumes in the staging directory when run again).
+    replace = args.overwrite and output.is_dir() and any(output.iterdir())
+    if replace:
+        _refuse_to_replace_what_is_no_index(output)
+    else:
+        _refuse_finished_index(output)
+    check_writable_directory(output, "--output")
+    target = output.resolve().parent / f".{output.resolve().name}.overwrite" if replace else output
     # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
     store = open_corpus(args.corpus, args.max_words, args.text_column, args.title_column)
     if len(store) == 0:
@@ -143,31 +235,91 @@ def cmd_build(args) -> int:
     state = process_state()
     model_name = _default_model(args.model)
     embedder, tokenizer = _load_embedder(model_name, args.device)
+    provenance = {"model": model_name, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint()}
     if state.is_main_process:
-        stored = output / DOCUMENTS_DIR
+        if replace:
+            _discard_unresumable_staging(target, store, embedder, args, provenance)
+        stored = target / DOCUMENTS_DIR
         if stored.is_dir():
             # A partial build: resume only over the same corpus (documents/ is saved atomically, before any shard).
             previous = DocumentStore.load(stored)
             if previous.fingerprint() != store.fingerprint():
                 raise IndexMismatchError(
                     f"{output} holds a partial build over another corpus ({len(previous)} documents in {stored}, "
-                    f"{len(store)} in {args.corpus}): rerun with the corpus it was started with to resume, or choose "
-                    "a new --output",
+                    f"{len(store)} in {args.corpus}): rerun with the corpus it was started with to resume, pass "
+                    "--overwrite to replace it, or choose a new --output",
                     path=stored,
                 )  # fmt: skip
         else:
-            output.mkdir(parents=True, exist_ok=True)
+            target.mkdir(parents=True, exist_ok=True)
             store.save(stored)
     state.wait_for_everyone()
     manifest = build_index(
-        embedder, tokenizer, store, output, shard_size=args.shard_size, batch_size=args.batch_size,
+        embedder, tokenizer, store, target, shard_size=args.shard_size, batch_size=args.batch_size,
         max_length=args.max_length, progress=not args.quiet, precision=precision_from_args(args),
-        provenance={"model": model_name, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint()},
+        provenance=provenance,
     )  # fmt: skip
     if state.is_main_process:
-        print(f"indexed {manifest['num_blocks']} blocks ({manifest['dim']}-d) in {len(manifest['shards'])} shards "
-              f"at {output}")  # fmt: skip
+        if replace:
+            from realm_hf.atomic import replace_directory
+
+            replace_directory(target, output)
+        replaced = " (replacing the index that was there)" if replace else ""
+        print(f"indexed {_count(manifest['num_blocks'], 'block')} ({manifest['dim']}-d) in "
+              f"{_count(len(manifest['shards']), 'shard')} at {output}{replaced}")  # fmt: skip
+    state.wait_for_everyone()
     return 0
+
+
+def _refuse_finished_index(output: Path) -> None:
+    """`UsageError` where `output` holds a finished index, naming the ways on: `--overwrite`, `index add`, another
+    directory."""
+    from realm_hf.default_model import default_model_dir
+    from realm_hf.errors import UsageError
+    from realm_hf.retrieval.index_builder import index_add_command, is_finished_index
+
+    if is_finished_index(output):
+        add = index_add_command(output, default_model_dir())  # `index add` without --model uses the default model
+        raise UsageError(f"--output {output} already holds a finished index: pass --overwrite to replace it (the old "
+                         f"one stays until the new one is complete), add documents to it with `{add}`, or choose a "
+                         "new --output")  # fmt: skip
+
+
+def _refuse_to_replace_what_is_no_index(output: Path) -> None:
+    """`UsageError` unless `output` holds nothing but an index (finished or partial), which --overwrite may replace: a
+    directory holding anything else (the user's documents, a model, a note of theirs) is never deleted."""
+    import re
+
+    from realm_hf.errors import UsageError
+
+    # What `index build` and `index add` write: the manifest, the build's settings, shards (and their temporary
+    # files) and the document store.
+    index_entry = re.compile(r"index\.json|build\.json|documents|embeddings-\d+\.safetensors|\.embeddings-.*\.tmp")
+    foreign = sorted(path.name for path in output.iterdir() if not index_entry.fullmatch(path.name))
+    if foreign:
+        shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
+        raise UsageError(f"--overwrite: --output {output} holds files that are no part of an index ({shown}); expected "
+                         "a directory of nothing but an index to replace: choose another --output")  # fmt: skip
+
+
+def _discard_unresumable_staging(staging: Path, store, embedder, args, provenance: dict) -> None:
+    """Removes what an earlier --overwrite build left in `staging` unless this build resumes it: its documents are
+    this corpus and its settings these (a finished staging directory, never swapped in, is built again)."""
+    import shutil
+
+    from realm_hf.retrieval.document_store import DocumentStore
+    from realm_hf.retrieval.index_builder import build_settings, resumable_build
+
+    if not staging.exists():
+        return
+    settings = build_settings(embedder, len(store), shard_size=args.shard_size, batch_size=args.batch_size,
+                              max_length=args.max_length, provenance=provenance)  # fmt: skip
+    try:
+        same_corpus = DocumentStore.load(staging / DOCUMENTS_DIR).fingerprint() == store.fingerprint()
+    except (OSError, ValueError):
+        same_corpus = False
+    if not (same_corpus and resumable_build(staging, settings)):
+        shutil.rmtree(staging)
 
 
 def _without_passage_columns_the_index_lacks(store, index: Path):
@@ -197,8 +349,8 @@ def cmd_add(args) -> int:
     new_ids = add_documents(embedder, tokenizer, args.index, documents, batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
     if process_state().is_main_process:
-        print(f"added {len(new_ids)} blocks with ids {new_ids.start}..{new_ids.stop - 1}; index now holds "
-              f"{new_ids.stop} blocks")  # fmt: skip
+        ids = f"id {new_ids.start}" if len(new_ids) == 1 else f"ids {new_ids.start}..{new_ids.stop - 1}"
+        print(f"added {_count(len(new_ids), 'block')} with {ids}; index now holds {_count(new_ids.stop, 'block')}")
     return 0
 
 
@@ -209,6 +361,7 @@ def cmd_offload(args) -> int:
 
     output = Path(args.output)
     refuse_to_overwrite(output)
+    check_writable_directory(output, "--output")
     model = RealmForOpenQA.from_pretrained(args.model)
     offload_block_embeddings(model, output)
     try:
@@ -234,6 +387,7 @@ def cmd_compress(args) -> int:
         or _compressed_from(output / SERVING_FILE) == str(args.model)
     )  # fmt: skip
     refuse_to_overwrite(output, resumable=earlier)
+    check_writable_directory(output, "--output")
     summary = compress_open_qa(
         args.model, args.output, factory=args.factory, nprobe=args.nprobe, rerank=not args.no_rerank,
         rerank_factor=args.rerank_factor or DEFAULT_SERVING_RERANK_FACTOR, dtype=args.dtype,
@@ -316,6 +470,10 @@ def add_parser(subparsers) -> None:
                                                         "block_records.npy/.safetensors, or a saved document "
                                                         "store")  # fmt: skip
     build.add_argument("--output", required=True, help="index directory (resumes if it holds a partial build)")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace the index --output holds: the new one is built beside it and swapped in once "
+                            "complete, so the old one stays whole if the build fails or is interrupted (and a rerun "
+                            "resumes)")  # fmt: skip
     build.add_argument("--shard-size", type=positive_int, default=16384, help="blocks per shard (default: 16384)")
     build.add_argument("--batch-size", type=positive_int, default=64, help="blocks per forward pass (default: 64)")
     build.add_argument("--max-length", type=positive_int, default=288, help="wordpieces per block (default: 288)")

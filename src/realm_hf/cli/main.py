@@ -27,7 +27,7 @@ REALM / ORQA retrieval-augmented question answering on Transformers 5.
 commands:
   demo   answer sample questions with evidence, with the default model (realm-minilm-factbook) when present
   ask    answer questions with a REALM open-QA model (a directory or a Hub repo id; default: the default model)
-  index  build / add / offload / eval: your corpus as a block-embedding index (see `realm-hf index --help`)
+  index  build / add / eval / offload / compress: your corpus as a block-embedding index (`realm-hf index --help`)
   evaluate  exact match, official EM, F1, reader oracle and recall@k on a JSONL question set
   train  fine-tune a RealmForOpenQA model on question/answer pairs with the Trainer (ORQA recipe)
   calibrate  fit a model's confidence and abstention threshold on your dev questions (after train)
@@ -237,10 +237,10 @@ def cmd_ask(args) -> int:
             print(f"(no --model given and no default model installed: using the untrained demo model in {model_path})",
                   file=sys.stderr)  # fmt: skip
     model_path = model_location(model_path)  # a missing directory says so in its own words, not wrapped below
-    if args.index is not None:  # a missing or wrong --index says so in its own words too, before the model loads
-        from realm_hf.loading import index_directory
+    if args.index is not None:  # a missing or damaged --index says so in its own words too, before the model loads
+        from realm_hf.loading import check_index
 
-        index_directory(args.index, "--index")
+        check_index(args.index, "--index")
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
     try:
         model, retriever = _load(model_path, args.index)
@@ -269,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     # The description lists the commands (in the order a newcomer meets them): argparse's own list would repeat it.
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
+    # A suppressed argument is left out of the usage line too, which then showed no COMMAND. Set after
+    # add_subparsers, which prefixes each subcommand's usage with this parser's.
+    parser.usage = "%(prog)s [-h] [--debug] COMMAND ..."
 
     demo = subparsers.add_parser("demo", help="answer sample questions with evidence, with the default model",
                                  description=cmd_demo.__doc__ or "Build the demo model and answer sample questions.")  # fmt: skip

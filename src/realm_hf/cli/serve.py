@@ -83,9 +83,9 @@ def cmd_serve(args) -> int:
         model_path, model_name, examples = str(default), f"{DEFAULT_MODEL_NAME} (the default model)", DEFAULT_QUESTIONS
     model_path = model_location(model_path)
     if args.index is not None:
-        from realm_hf.loading import index_directory
+        from realm_hf.loading import check_index
 
-        args.index = str(index_directory(args.index, "--index"))  # named before the model loads, not after
+        args.index = str(check_index(args.index, "--index"))  # named before the model loads, not after
         examples = []  # the default model's sample questions are about its own corpus, not yours
     print(f"loading {model_path}{f' with the index {args.index}' if args.index else ''} ...", file=sys.stderr)
     try:

@@ -178,9 +178,9 @@ def cmd_train(args) -> int:
     _check_length(args)
     args.model = model_location(args.model)  # a mistyped --model is named at once, not after minutes of Hub retries
     if args.index is not None:
-        from realm_hf.loading import index_directory
+        from realm_hf.loading import check_index
 
-        args.index = str(index_directory(args.index, "--index"))  # a missing or unfinished index, named at once
+        args.index = str(check_index(args.index, "--index"))  # a missing, unfinished or damaged index, named at once
     output = Path(args.output_dir)
     if Path(args.model).is_dir() and output.resolve() == Path(args.model).resolve():
         from realm_hf.errors import UsageError

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from transformers.utils import logging
 
-from ..errors import FileFormatError
+from ..errors import FileFormatError, MissingColumnError
 
 logger = logging.get_logger(__name__)
 
@@ -38,6 +38,17 @@ FILE_FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
 }
+# Compressions a file of rows may carry after its format's ending (read by pyarrow's stream detection).
+COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4", ".br")
+
+
+def row_file_format(path: str | os.PathLike) -> str | None:
+    """The format of a file of rows by its name, after any compression suffix (`docs.jsonl.gz` -> "jsonl"): one of
+    the `FILE_FORMATS` values, or `None` for another ending."""
+    suffixes = [suffix.lower() for suffix in Path(path).suffixes]
+    while suffixes and suffixes[-1] in COMPRESSION_SUFFIXES:
+        suffixes.pop()
+    return FILE_FORMATS.get(suffixes[-1] if suffixes else "")
 
 
 def as_arrow(name: str, values: Any, arrow_type: pa.DataType | None, source_name: str) -> pa.Array:
@@ -242,8 +253,8 @@ def arrow_batches(
     """Turns Arrow record batches (CSV or Parquet) into column batches, checking the named columns exist."""
     found = list(schema.names)
     if text_column not in found:
-        raise FileFormatError(f"{source_name}: expected a text column {text_column!r}, found columns {found}"
-                              f"{column_hint(text_column, found)}")  # fmt: skip
+        raise MissingColumnError(f"{source_name}: expected a text column {text_column!r}, found columns {found}"
+                                 f"{column_hint(text_column, found)}", column=text_column, found=found)  # fmt: skip
     if id_column is not None and id_column not in found:
         raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {found}")
     has_title = title_column is not None and title_column in found
@@ -372,6 +383,7 @@ class ScratchDirectory:
 
 
 __all__ = [
+    "COMPRESSION_SUFFIXES",
     "CORE_COLUMNS",
     "FILE_FORMATS",
     "SOURCE_ID_COLUMN",
@@ -384,5 +396,6 @@ __all__ = [
     "ids_match_positions",
     "read_jsonl",
     "record_batches",
+    "row_file_format",
     "string_buffers",
 ]

@@ -45,7 +45,7 @@ import pyarrow as pa
 from transformers.utils import logging
 
 from ..atomic import usual_permissions
-from ..errors import FileFormatError, MissingFileError, RealmHfError
+from ..errors import FileFormatError, MissingColumnError, MissingFileError, RealmHfError
 from .block_records import load_block_records
 from .document_import import (
     CORE_COLUMNS,
@@ -59,6 +59,7 @@ from .document_import import (
     ids_match_positions,
     read_jsonl,
     record_batches,
+    row_file_format,
     string_buffers,
 )
 
@@ -351,10 +352,7 @@ class DocumentStore:
         path = Path(path)
         source_name = path.name
         if file_format is None:
-            suffixes = [suffix.lower() for suffix in path.suffixes]
-            while suffixes and suffixes[-1] in (".gz", ".bz2", ".zst", ".lz4", ".br"):
-                suffixes.pop()
-            file_format = FILE_FORMATS.get(suffixes[-1] if suffixes else "")
+            file_format = row_file_format(path)
             if file_format is None:
                 raise FileFormatError(
                     f"{source_name}: expected a file ending in one of {sorted(FILE_FORMATS)} (optionally compressed); "
@@ -425,10 +423,11 @@ class DocumentStore:
         if first is None:
             return
         if text_column not in first:
-            raise FileFormatError(
+            raise MissingColumnError(
                 f"{source_name}: expected a text column {text_column!r}, found columns {list(first)}"
-                f"{column_hint(text_column, list(first))}"
-            )
+                f"{column_hint(text_column, list(first))}",
+                column=text_column, found=list(first), path=path,
+            )  # fmt: skip
         if id_column is not None and id_column not in first:
             raise FileFormatError(f"{source_name}: expected an id column {id_column!r}, found columns {list(first)}")
         if title_column is not None and title_column not in first:

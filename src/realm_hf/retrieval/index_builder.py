@@ -107,14 +107,38 @@ def _embed_shards(embedder, tokenizer, documents, directory: Path, plan: list[di
     bar.close()
 
 
+def is_finished_index(directory: str | Path) -> bool:
+    """Whether `directory` holds a finished index: a manifest and no partial build's settings."""
+    directory = Path(directory)
+    return (directory / MANIFEST_NAME).is_file() and not (directory / BUILD_SETTINGS_NAME).is_file()
+
+
+def index_add_command(directory: str | Path, default_model: str | Path | None = None) -> str:
+    """The `realm-hf index add` command that appends documents to the index `directory`, with the model its manifest
+    says it was built with as `--model`; none where that is `default_model` (what `index add` uses without one), and
+    `[--model MODEL]` where the manifest names no model."""
+    import shlex
+
+    try:
+        model = read_manifest(Path(directory)).get("provenance", {}).get("model")
+    except (OSError, ValueError, AttributeError):
+        model = None
+    if not isinstance(model, str) or not model:
+        option = " [--model MODEL]"
+    elif default_model is not None and Path(model).resolve() == Path(default_model).resolve():
+        option = ""
+    else:
+        option = f" --model {shlex.quote(model)}"
+    return f"realm-hf index add --index {shlex.quote(str(directory))}{option} --corpus NEW_DOCS"
+
+
 def refuse_finished_index(directory: Path) -> None:
     """Raises `UsageError` if `directory` holds a finished index (a manifest and no partial build's settings)."""
     directory = Path(directory)
-    if (directory / MANIFEST_NAME).is_file() and not (directory / BUILD_SETTINGS_NAME).is_file():
+    if is_finished_index(directory):
         raise UsageError(
-            f"{directory} already holds a finished index: add documents to it with `realm-hf index add --index "
-            f"{directory} --model MODEL --corpus NEW_DOCS` (Python: add_documents / add_to_index), or build into a new "
-            "directory"
+            f"{directory} already holds a finished index: add documents to it with `{index_add_command(directory)}` "
+            "(Python: add_documents / add_to_index), or build into a new directory"
         )
 
 
@@ -147,6 +171,24 @@ def verify_index(directory: str | Path) -> dict:
 def _clean_temporary_files(directory: Path) -> None:
     for stale in directory.glob(".embeddings-*.tmp"):
         stale.unlink(missing_ok=True)
+
+
+def build_settings(embedder, num_blocks: int, *, shard_size: int, batch_size: int, max_length: int,
+                   provenance: dict | None = None) -> dict:  # fmt: skip
+    """The settings [`build_index`] records in a partial build (`build.json`) and resumes only under."""
+    # A block never holds more wordpieces than the model has positions (the demo model has 128, REALM 512).
+    max_length = min(max_length, getattr(embedder.config, "max_position_embeddings", max_length))
+    return {"num_blocks": num_blocks, "dim": embedder.config.retriever_proj_size, "shard_size": shard_size,
+            "max_length": max_length, "batch_size": batch_size, "provenance": provenance or {}}  # fmt: skip
+
+
+def resumable_build(directory: str | Path, settings: dict) -> bool:
+    """Whether `directory` holds a partial build that [`build_index`] would resume under `settings`."""
+    path = Path(directory) / BUILD_SETTINGS_NAME
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(settings))
+    except (OSError, ValueError):
+        return False
 
 
 @torch.no_grad()
@@ -189,11 +231,9 @@ def build_index(
     state = process_state()
     directory = Path(output_dir)
     num_blocks = len(documents)
-    dim = embedder.config.retriever_proj_size
-    # A block never holds more wordpieces than the model has positions (the demo model has 128, REALM 512).
-    max_length = min(max_length, getattr(embedder.config, "max_position_embeddings", max_length))
-    settings = {"num_blocks": num_blocks, "dim": dim, "shard_size": shard_size, "max_length": max_length,
-                "batch_size": batch_size, "provenance": provenance or {}}  # fmt: skip
+    settings = build_settings(embedder, num_blocks, shard_size=shard_size, batch_size=batch_size,
+                              max_length=max_length, provenance=provenance)  # fmt: skip
+    dim, max_length = settings["dim"], settings["max_length"]
 
     if num_blocks == 0:
         raise InputError("build_index: expected at least one document to embed, got none")
@@ -418,8 +458,12 @@ __all__ = [
     "add_to_index",
     "as_documents",
     "build_index",
+    "build_settings",
+    "index_add_command",
+    "is_finished_index",
     "offload_block_embeddings",
     "refuse_finished_index",
+    "resumable_build",
     "verify_index",
     "write_index",
 ]

@@ -21,6 +21,7 @@ from ..errors import FileFormatError
 __all__ = [
     "DEFAULT_MAX_WORDS",
     "TEXT_SUFFIXES",
+    "drop_empty_documents",
     "even_parts",
     "read_text_files",
     "split_long_documents",
@@ -112,6 +113,32 @@ def split_long_documents(store, max_words: int = DEFAULT_MAX_WORDS, cache_dir: s
                 yield {**document, "text": passage, "source_id": source, "passage": index}
 
     return DocumentStore.from_records(records(), cache_dir=cache_dir)
+
+
+def drop_empty_documents(store, cache_dir: str | os.PathLike | None = None):
+    r"""
+    `store` without the documents that have neither a text nor a title (both empty or whitespace): REALM would embed
+    and read an empty block, which answers nothing. A document with a title and no text is kept (its title is its
+    block).
+
+    Returns `(documents, dropped)`: the same store when nothing is dropped, else a new `DocumentStore` of the others
+    (ids renumbered `0 .. n-1`, other columns kept); `dropped` lists the ids left out, in `store`'s numbering.
+    """
+    from .document_store import DocumentStore
+
+    dropped = [start + offset for start, titles, texts in store.iter_batches(10_000)
+               for offset, (title, text) in enumerate(zip(titles, texts, strict=True))
+               if not text.strip() and not (title or "").strip()]  # fmt: skip
+    if not dropped:
+        return store, []
+    left_out = set(dropped)
+
+    def records() -> Iterator[dict[str, Any]]:
+        for document in store:
+            if document.pop("id") not in left_out:
+                yield document
+
+    return DocumentStore.from_records(records(), cache_dir=cache_dir), dropped
 
 
 def _paragraph_documents(path: Path, title: str) -> Iterator[dict[str, str]]:
