@@ -663,14 +663,82 @@ def test_asks_for_a_year(question, year):
 @pytest.mark.parametrize(
     ("question", "asks"),
     [("How many moons does Mars have?", True), ("How long is the warranty?", True), ("In which year did it sink?", True),
-     ("The treaty was signed in what year?", True), ("HOW OLD is the universe?", True), ("When did Rome fall?", False),
+     ("The treaty was signed in what year?", True), ("HOW OLD is the universe?", True), ("When did Rome fall?", True),
      ("How did Rome fall?", False), ("Who wrote Hamlet?", False), ("What yearly festival is held in Rio?", False),
-     ("How often should I descale the kettle?", True)],
+     ("How often should I descale the kettle?", True), ("What time does the office close?", True),
+     ("What does the lamp cost?", True), ("When it is spring in the north, what season is it in the south?", False)],
 )  # fmt: skip
 def test_asks_for_a_number(question, asks):
     from realm_hf.pipelines.open_qa import asks_for_a_number
 
     assert asks_for_a_number(question) is asks
+
+
+@pytest.mark.parametrize(
+    ("question", "units"),
+    [("How long is the warranty?", ("duration", "length")), ("How much notice must I give?", ("duration", "length")),
+     ("How far is the station?", ("length",)), ("How heavy is the lamp?", ("mass",)),
+     ("How much does the lamp weigh?", ("mass",)), ("What does a spare battery for the Wren 3 cost?", ("money",)),
+     ("What do you charge for standard delivery?", ("money",)), ("How much did they pay for the glassworks?", ("money",)),
+     ("What percentage of my salary goes into the pension?", ("percent",)), ("What time does the bus leave?", ("clock",)),
+     ("Until when is lunch served?", ("clock",)), ("How late can I stay on a Friday?", ("clock",)),
+     # a date, or words that name something rather than ask a price
+     ("From when does the lamp cost 149 euros?", ()), ("In what year did the price rise?", ()),
+     ("Who is in charge of support?", ()), ("What is the ability of a body to store an electrical charge?", ()),
+     ("What is the economic model of price determination?", ()), ("How many moons does Mars have?", ())],
+)  # fmt: skip
+def test_asked_units(question, units):
+    from realm_hf.pipelines.open_qa import asked_units, asks_for_a_number
+
+    assert asked_units(question) == units
+    assert not units or asks_for_a_number(question)  # a question asking for a unit asks for a number
+
+
+def test_unit_and_amount_spans_read_whole_words_and_one_amount():
+    from realm_hf.pipelines.open_qa import amount_spans, unit_spans
+
+    # wordpieces: 0 "5", 1 ",", 2 "200", 3 "mah", 4 "battery", 5 "lasts", 6 "about", 7 "11", 8 "hours", 9 "€",
+    # 10 "12", 11 "m", 12 "##ile", 13 "three", 14 "months"
+    ids = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    spans = SimpleNamespace(reader_input_ids=torch.tensor([[ids]]),
+                            candidate_starts=torch.tensor([0, 6, 7, 9, 11, 13, 4]),
+                            candidate_ends=torch.tensor([8, 8, 8, 10, 12, 14, 5]))  # fmt: skip
+    # "5,200 mah battery lasts about 11 hours", "about 11 hours", "11 hours", "€12", "mile", "three months",
+    # "battery lasts"
+    duration, money, length = torch.tensor([8, 14]), torch.tensor([9]), torch.tensor([11])
+    continuation = torch.tensor([12])
+    assert unit_spans(spans, duration, continuation).tolist() == [[[True, True, True, False, False, True, False]]]
+    assert unit_spans(spans, length, continuation).tolist() == [[[False] * 7]]  # "m" of "mile" is no metre
+    digit_ids, word_ids, letter_ids = (
+        torch.tensor([0, 2, 7, 10]),
+        torch.tensor([13]),
+        torch.tensor([3, 4, 5, 6, 8, 11, 12, 13, 14]),
+    )
+    amounts = amount_spans(spans, digit_ids, word_ids, torch.cat([duration, money]), money, letter_ids)
+    # two amounts, a span starting before the number, and no number are not one amount; "€12" and "three months" are
+    assert amounts.tolist() == [[[False, False, True, True, False, True, False]]]
+
+
+def test_a_number_is_answered_in_the_unit_asked_for(tmp_path):
+    """Over a user's documents: "How long ...?" with a duration, "What does it cost?" with an amount of money, "What
+    time ...?" with a time, each as one amount, whatever the (random) reader prefers."""
+    texts = ["The Flux lamp runs on a 2200 mAh battery and lasts about 11 hours. It is sold for 149 euros with a "
+             "4-year warranty.", "On Fridays the office closes at 13:00, and 27 people work there."]  # fmt: skip
+    questions = ["How long does the Flux lamp battery last?", "What does the Flux lamp cost?",
+                 "What time does the office close on Fridays?"]  # fmt: skip
+    words = sorted({word for text in texts + questions for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+                   - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
+    for seed in range(3):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
+        assert qa(questions[0])["answer"] == "11 hours"
+        assert qa(questions[1])["answer"] == "149 euros"
+        closing = qa(questions[2])["answer"]
+        assert "13:00" in closing and not closing.endswith(":"), closing
+    # the rule reorders the reader's answers, each with its own score, and leaves none out
+    plain, preferred = qa(questions[0], prefer_number_answers=False, top_k=10**6), qa(questions[0], top_k=10**6)
+    key = lambda answer: (answer["block_id"], answer["start"], answer["end"], answer["score"])  # noqa: E731
+    assert sorted(map(key, plain)) == sorted(map(key, preferred)) and preferred[0]["answer"] == "11 hours"
 
 
 def test_number_questions_get_an_answer_holding_a_number(open_qa):

@@ -388,6 +388,10 @@ class OpenQAPipeline(Pipeline):
                     whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
                     keep_whole = yearly & whole.flatten(1).any(-1)
                     with_number = torch.where(keep_whole[:, None, None], whole, with_number)
+                # a number in the unit asked for: where some span holds both, the others holding a number are not
+                units = [kind[0] if isinstance(kind, list) else kind for kind in as_read("asked_units", _unit_names)]
+                with_number = self._in_asked_units(spans, with_number, [names if asked else "" for names, asked in
+                                                                         zip(units, numeric.tolist())])  # fmt: skip
                 # only where the question asks for a number and some valid span holds one
                 demote = numeric & with_number.flatten(1).any(-1)
                 demoted = ~with_number & demote[:, None, None]
@@ -458,6 +462,32 @@ class OpenQAPipeline(Pipeline):
             "unknown_names": model_inputs.get("unknown_names", [[]] * batch_size),  # B lists of words
             "about_the_asker": model_inputs.get("about_the_asker", [[]] * batch_size),  # B lists of words
         }
+
+    def _in_asked_units(self, spans, with_number: torch.BoolTensor, units: list[str]) -> torch.BoolTensor:
+        """`with_number` (`(B, R, N)`) narrowed, for each question asking for a number in a unit (`units`: the names
+        of [`asked_units`], joined by spaces; `""` for none), to the spans that also hold the unit ([`unit_spans`])
+        and, of those, to the amounts alone ([`amount_spans`]: "11 hours", not "battery lasts about 11 hours on"),
+        where any span is. A span never ends on a time's ":" ("09:30", not "09:")."""
+        if not any(units):
+            return with_number
+        digit_ids, word_ids, continuation_ids, _ = self._number_ids()
+        unit_ids, letter_ids = self._unit_ids(), self._code_ids()[1]
+        reader_ids = spans.reader_input_ids
+        last = reader_ids[..., spans.candidate_ends.to(reader_ids.device)]  # (B, R, N)
+        ends_on_colon = torch.isin(last, unit_ids["colon"].to(reader_ids.device)).to(with_number.device)
+        narrowed = with_number.clone()
+        for row, names in enumerate(units):
+            if not names:
+                continue
+            ids = torch.cat([unit_ids[name] for name in names.split()])
+            in_unit = with_number[row] & unit_spans(spans, ids, continuation_ids)[row].to(with_number.device)
+            in_unit &= ~ends_on_colon[row]
+            if bool(in_unit.any()):
+                ends = ids[~torch.isin(ids, unit_ids["colon"])]
+                amounts = amount_spans(spans, digit_ids, word_ids, ends, unit_ids["money"], letter_ids)[row]
+                tight = in_unit & amounts.to(with_number.device)
+                narrowed[row] = tight if bool(tight.any()) else in_unit
+        return narrowed
 
     def _name_spans(self, spans, questions: torch.BoolTensor) -> torch.BoolTensor:
         """[`name_like_spans`] of the blocks read for each of `questions` (`(B,)`); `False` for the others."""
@@ -582,6 +612,17 @@ class OpenQAPipeline(Pipeline):
                 [index for token, index in vocab if token.startswith("##")],
                 [index for token, index in vocab if _DIGITS_CONTINUED.match(token)],
             ))  # fmt: skip
+        return ids
+
+    def _unit_ids(self) -> dict[str, torch.Tensor]:
+        """The wordpiece ids of each kind of unit in `UNIT_WORDS` that the vocabulary has as a word (cached)."""
+        ids = getattr(self, "_cached_unit_ids", None)
+        if ids is None:
+            vocab = self.tokenizer.get_vocab()
+            ids = self._cached_unit_ids = {
+                name: torch.tensor(sorted(vocab[word] for word in words if word in vocab), dtype=torch.long)
+                for name, words in {**UNIT_WORDS, "colon": [":"]}.items()
+            }
         return ids
 
     def _code_ids(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -873,10 +914,45 @@ NUMBER_WORDS = frozenset(
 )
 HYPHENS = frozenset("-\u2010\u2011\u2012\u2013")
 _YEAR = r"(?:what|which)\s+year"
+# A time is written with digits too ("13:00", "19 June", "1945"): "When ...", "What time ...", "How late ...". Not a
+# "When" clause before another question word ("When it is spring in the north, what season is it in the south?").
+_ASKS_FOR_A_TIME = (
+    r"^\W*when\b(?!.*\b(?:what|who|whom|which|where|how)\b)"
+    r"|\b(?:(?:from|since|until|till|by)\s+when|what\s+time|how\s+(?:late|early|soon))\b"
+)
 _ASKS_FOR_A_NUMBER = re.compile(
-    rf"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big|often|frequently)|{_YEAR})\b",
+    rf"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big|often|frequently)|{_YEAR})\b"
+    rf"|{_ASKS_FOR_A_TIME}",
     re.IGNORECASE,
 )
+# The units a number may be asked in, as whole words of an uncased vocabulary.
+UNIT_WORDS = {
+    "duration": frozenset("second seconds minute minutes min mins hour hours hr hrs day days week weeks month months "
+                          "year years decade decades century centuries".split()),
+    "length": frozenset("mm cm m km metre metres meter meters kilometre kilometres kilometer kilometers mile miles mi "
+                        "ft foot feet inch inches yard yards".split()),
+    "mass": frozenset("g kg gram grams kilogram kilograms tonne tonnes ton tons lb lbs pound pounds ounce ounces "
+                      "oz".split()),
+    "money": frozenset("€ $ £ ¥ euro euros eur dollar dollars usd cent cents pence gbp yen franc francs krona kronor "
+                       "krone kroner rupee rupees yuan".split()),
+    "percent": frozenset(["%", "percent"]),
+    "clock": frozenset([":", "am", "pm", "noon", "midnight"]),  # "13:00", "9 am"
+}  # fmt: skip
+# What a question asks its number in, first match first: "How long ...?" a duration or a length; "How much does it
+# cost?", "What do you charge for ...?" an amount of money ("Who is in charge?" asks for none).
+_ASKED_UNITS = [
+    (re.compile(r"\b(?:what\s+time|(?:until|till|by)\s+when|how\s+(?:late|early))\b", re.IGNORECASE), ("clock",)),
+    (re.compile(r"\bhow\s+long\b|\bhow\s+much\s+(?:time|notice)\b", re.IGNORECASE), ("duration", "length")),
+    (re.compile(r"\bhow\s+(?:far|tall|high|deep|wide)\b", re.IGNORECASE), ("length",)),
+    (re.compile(r"\bhow\s+heavy\b|\bweigh(?:s|ed)?\b", re.IGNORECASE), ("mass",)),
+    # money, where a price is asked for ("What does the lamp cost?"), not where the words name something ("electric
+    # charge", "price determination", "low-cost airline")
+    (re.compile(r"\bhow\s+much\b.*\b(?:costs?|prices?|pay|paid|spend|spent|charge[sd]?|fees?)\b"
+                r"|\b(?:do|does|did|will|would|should)\s+(?:\S+\s+){0,8}?cost\b"
+                r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:price|cost|fee|charge)s?\b"
+                r"|\b(?:do|does|did|will|you|they|we)\s+charge\b|\bcharge[sd]?\s+for\b", re.IGNORECASE), ("money",)),
+    (re.compile(r"\bpercent(?:age)?\b|\bwhat\s+share\b", re.IGNORECASE), ("percent",)),
+]  # fmt: skip
 _NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")  # a wordpiece that starts a number: not "##2" of "K2"
 _DIGITS_CONTINUED = re.compile(r"^##\d+$")  # the "##2" of "1492" (wordpieces "149", "##2")
 _ASKS_FOR_A_YEAR = re.compile(rf"\b{_YEAR}\b", re.IGNORECASE)
@@ -923,14 +999,38 @@ def _answer_kinds(questions: list[str]) -> dict:
         "asks_for_a_year": torch.tensor([asks_for_a_year(question) for question in questions]),
         "asks_for_a_name": torch.tensor([asks_for_a_name(question) for question in questions]),
         "asked_type": [asked_type(question) for question in questions],
+        "asked_units": [_unit_names(question) for question in questions],
     }
 
 
 def asks_for_a_number(question: str) -> bool:
     """Whether a question asks for a number: "How many ...", "How long ...", "How old ...", "In what year ...",
-    "... in which year?". "When ..." does not ("When did the Renaissance begin?" -> "the 14th century" is right, and so
-    is "during the Middle Ages")."""
-    return bool(_ASKS_FOR_A_NUMBER.search(question))
+    "... in which year?", a time ("When ...", "What time ...", "How late ...": "13:00", "19 June", "1945") or an amount
+    in a unit ("What does the lamp cost?", see [`asked_units`]). Where no span read holds a number ("When did the
+    Renaissance begin?" -> "during the Middle Ages"), the reader's own choice stands."""
+    return bool(_ASKS_FOR_A_NUMBER.search(question)) or bool(asked_units(question))
+
+
+def _unit_names(question: str) -> str:
+    """[`asked_units`] as `_answer_kinds` passes them: names joined by spaces."""
+    return " ".join(asked_units(question))
+
+
+def asked_units(question: str) -> tuple[str, ...]:
+    """The kinds of unit (keys of `UNIT_WORDS`) a question asks its number in, or `()`: "How long is the warranty?" ->
+    `("duration", "length")`, "How far ...?" -> `("length",)`, "What does the lamp cost?" -> `("money",)`, "What
+    percentage ...?" -> `("percent",)`, "What time ...?" -> `("clock",)` ("13:00", "9 am"); a date ("From when ...?")
+    none. Among the spans holding a number, one holding such a unit is the answer where
+    any is ("11 hours", not "2200" of "2200 mAh"; see [`unit_spans`])."""
+    clock, *amounts = _ASKED_UNITS
+    if clock[0].search(question):
+        return clock[1]
+    if re.search(_ASKS_FOR_A_TIME, question, re.IGNORECASE) or asks_for_a_year(question):
+        return ()  # "From when does the lamp cost 149 euros?" asks for a date
+    for pattern, units in amounts:
+        if pattern.search(question):
+            return units
+    return ()
 
 
 def asks_for_a_year(question: str) -> bool:
@@ -1045,6 +1145,56 @@ def _continued(reader_ids: torch.Tensor, continuation_ids: torch.Tensor) -> torc
     """`(B, R, L)`: whether the next wordpiece continues the word ("ten" before "##uous"); `False` at the end."""
     following = torch.isin(reader_ids[..., 1:], continuation_ids.to(reader_ids.device))
     return torch.nn.functional.pad(following, (0, 1))
+
+
+def unit_spans(spans, unit_ids: torch.Tensor, continuation_ids: torch.Tensor) -> torch.BoolTensor:
+    """Which candidate spans hold one of `unit_ids` as a whole word (not the "m" of "m##Ah"): `(B, R, N)`.
+
+    Of the spans holding a number, a question asking for one in a unit ([`asked_units`]) is answered with one that
+    holds the unit where any is: "How long does the battery last?" over "a 2200 mAh battery ... lasts about 11 hours"
+    -> "about 11 hours", not "2200"; "What does the lamp cost?" -> "149 euros", not "4-year"."""
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    device = reader_ids.device
+    starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
+    if starts.numel() == 0:
+        return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
+    units = torch.isin(reader_ids, unit_ids.to(device)) & ~_continued(reader_ids, continuation_ids)
+    return _count_in_spans(units, starts, ends) > 0
+
+
+def amount_spans(
+    spans,
+    digit_ids: torch.Tensor,
+    word_ids: torch.Tensor,
+    unit_ids: torch.Tensor,
+    money_ids: torch.Tensor,
+    letter_ids: torch.Tensor,
+) -> torch.BoolTensor:
+    """Which candidate spans are one amount and nothing around it: `(B, R, N)`, `True` where span `n` of block `r`
+    starts with a number (`digit_ids`, `word_ids`) and ends with one of `unit_ids` ("11 hours", "4-year", "5.50 euros",
+    "7 working days", "three months"), or starts with a currency sign among `money_ids` and ends with digits ("$ 5",
+    "€12.50"), and holds no digits after a word (`letter_ids`: "5,200 mAh battery lasts about 11 hours" is two). A
+    question asking for a number in a unit is answered with such a span where one holds the unit; see [`unit_spans`]."""
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    device = reader_ids.device
+    starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
+    if starts.numel() == 0:
+        return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
+    first, last = reader_ids[..., starts], reader_ids[..., ends]  # (B, R, N)
+    number = torch.cat([digit_ids, word_ids]).to(device)
+    starts_with_number = torch.isin(first, number)
+    amount = (starts_with_number & torch.isin(last, unit_ids.to(device))) | (
+        torch.isin(first, money_ids.to(device)) & torch.isin(last, number)
+    )
+    # one amount: no number after a word ("5,200 mAh battery lasts about 11 hours" holds two)
+    positions, inside = _span_positions(starts, ends, reader_ids.shape[-1])  # (N, W)
+    digits_at = torch.isin(reader_ids, digit_ids.to(device))[..., positions] & inside  # (B, R, N, W)
+    words_at = (torch.isin(reader_ids, letter_ids.to(device)) & ~torch.isin(reader_ids, number))[..., positions]
+    words_at &= inside
+    order = torch.arange(positions.shape[-1], device=device)
+    first_word = torch.where(words_at, order, positions.shape[-1]).amin(-1)
+    last_digits = torch.where(digits_at, order, -1).amax(-1)
+    return amount & (last_digits < first_word)
 
 
 def whole_number_spans(
@@ -1324,6 +1474,7 @@ __all__ = [
     "OpenQAPipeline",
     "about_the_asker",
     "answers_with_features",
+    "asked_units",
     "asks_for_a_number",
     "asks_for_a_year",
     "document_frequencies",
@@ -1332,6 +1483,7 @@ __all__ = [
     "spans_in_question",
     "speaks_in_person",
     "unbalanced_spans",
+    "unit_spans",
     "unknown_names",
     "whole_number_spans",
 ]
