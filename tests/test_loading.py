@@ -111,9 +111,12 @@ def test_a_hybrid_searcher_round_trips_as_its_index_and_searcher_json(index_layo
     model, retriever = load_open_qa(saved)
     assert isinstance(model.searcher, HybridSearcher)
     assert (model.searcher.bm25_fraction, model.searcher.bm25_weight) == (0.5, 2.0)
-    # an index given separately is searched as given (dense), whatever the model directory asks
+    # an index given separately is searched as the model directory asks too (BM25 over that index's documents)
     model, _ = load_open_qa(saved, index=saved / "index")
-    assert isinstance(model.searcher, ExactSearcher)
+    assert isinstance(model.searcher, HybridSearcher) and isinstance(model.searcher.dense, ExactSearcher)
+    assert (model.searcher.bm25_fraction, model.searcher.bm25_weight) == (0.5, 2.0)
+    # a searcher object is used as given
+    assert load_open_qa(saved, searcher=model.searcher.dense)[0].searcher is model.searcher.dense
     # saving a dense model over the directory removes the stale searcher.json
     open_qa.model.searcher = open_qa.model.searcher.dense
     open_qa.save_pretrained(saved)

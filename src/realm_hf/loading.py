@@ -182,8 +182,10 @@ def find_retrieval(
             f"documents at {sources['documents']}{own} hold {len(records)}: block ids would point at the wrong text. "
             "Pass the index built over these documents (realm-hf index build writes both)."
         )
-    if searcher is not None and index is None and directory is not None and sources.get("embeddings"):
-        # The model's own index, read as the model directory asks (searcher.json: hybrid candidates, or dense).
+    if searcher is not None and directory is not None and sources.get("embeddings"):
+        # An index (the model's own or `index=`), read as the model directory asks (searcher.json: hybrid candidates,
+        # BM25 over that index's documents, or dense): a model is served over your documents as over its own, and
+        # `realm-hf train --index` reads what it serves. A `searcher=` is used as given.
         from .retrieval.hybrid import load_searcher_settings, with_searcher_settings
 
         searcher = with_searcher_settings(searcher, records, load_searcher_settings(directory))
