@@ -735,6 +735,10 @@ def test_a_number_is_answered_in_the_unit_asked_for(tmp_path):
         assert qa(questions[1])["answer"] == "149 euros"
         closing = qa(questions[2])["answer"]
         assert "13:00" in closing and not closing.endswith(":"), closing
+    # the confidence reads the answer among every span holding a number, not among the one amount in euros, which
+    # would make it sure of itself (sigmoid(log 1) = 0.5 here; "24 euros" at a score of 0.007 came out at 1.00)
+    calibration = _calibration("log_kind_span_probability", threshold=0.5)
+    assert qa(questions[1], calibration=calibration)["confidence"] < 0.5
     # the rule reorders the reader's answers, each with its own score, and leaves none out
     plain, preferred = qa(questions[0], prefer_number_answers=False, top_k=10**6), qa(questions[0], top_k=10**6)
     key = lambda answer: (answer["block_id"], answer["start"], answer["end"], answer["score"])  # noqa: E731
