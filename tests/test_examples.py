@@ -107,3 +107,23 @@ def test_compare_predictions_pairs_evaluate_prediction_files(tmp_path, capsys):
         compare_predictions.main(["--labels", "a, a", f"title={old},{new}"])
     with pytest.raises(SystemExit, match="expected `realm-hf evaluate --predictions` rows"):
         compare_predictions.main(["--labels", "a, b", f"title={old},{output}"])
+
+
+def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path, monkeypatch):
+    """`build_default_model.py --stages calibrate` with its defaults runs the calibration the shipped model has: its
+    feature set, 60 dev questions per source, a BM25 weight of 0.5 and an 8% budget (docs/default-model.md)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_default_model", ROOT / "examples" / "build_default_model.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    commands = []
+    monkeypatch.setattr(build.subprocess, "run", lambda command, check: commands.append(command))
+    build.main(["--work-dir", str(tmp_path / "work"), "--output-dir", str(tmp_path / "model"), "--stages", "calibrate"])
+    (command,) = commands
+    options = " ".join(command[2:])
+    assert "--feature-sets kind answer+span+rare words+typed" in options
+    assert "--max-read-per-source 60 --max-test-per-source 30" in options
+    assert "--bm25-weights 0.5" in options and "--dev-budget 0.08" in options
+    shipped = json.loads((ROOT / "models" / "realm-minilm-factbook" / "calibration.json").read_text())
+    assert shipped["metadata"]["max_correct_abstained"] == 0.08
