@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 
 def read_version() -> str:
@@ -57,7 +57,11 @@ setup(
     license="Apache-2.0",  # noqa
     python_requires=">=3.10",
     package_dir={"": "src"},
-    packages=find_packages("src"),
+    # namespace discovery: serving/static (the browser page's files, no __init__.py) is a package of data, and
+    # setuptools warns at every install about a data folder that Python could import but `packages` leaves out
+    packages=find_namespace_packages(
+        "src", include=["realm_hf", "realm_hf.*", "realm_hf_cli"], exclude=["*.__pycache__"]
+    ),
     package_data={"realm_hf": ["*.md", "data/*", "data/**/*", "serving/static/*"]},
     include_package_data=True,
     install_requires=install_requires,
