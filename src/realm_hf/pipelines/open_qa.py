@@ -321,8 +321,8 @@ class OpenQAPipeline(Pipeline):
                                    if abstain_on_unknown_names else []]  # fmt: skip
         if abstain_on_personal_questions is None:
             abstain_on_personal_questions = self._calibration() is not None
-        asker = about_the_asker(question) if abstain_on_personal_questions else []
-        inputs["about_the_asker"] = [asker if asker and not speaks_in_person(self._document_frequencies()) else []]
+        inputs["about_the_asker"] = [_unanswerable_asker_words(question, self._document_frequencies())
+                                     if abstain_on_personal_questions else []]  # fmt: skip
         inputs.update(_answer_kinds([question]))
         return inputs
 
@@ -482,17 +482,14 @@ class OpenQAPipeline(Pipeline):
         last = reader_ids[..., spans.candidate_ends.to(reader_ids.device)]  # (B, R, N)
         ends_on_colon = torch.isin(last, unit_ids["colon"].to(reader_ids.device)).to(with_number.device)
         narrowed = with_number.clone()
-        for row, names in enumerate(units):
-            if not names:
-                continue
+        for names in set(units) - {""}:  # each kind of unit once, for the whole batch
             ids = torch.cat([unit_ids[name] for name in names.split()])
-            in_unit = with_number[row] & unit_spans(spans, ids, continuation_ids)[row].to(with_number.device)
-            in_unit &= ~ends_on_colon[row]
-            if bool(in_unit.any()):
-                ends = ids[~torch.isin(ids, unit_ids["colon"])]
-                amounts = amount_spans(spans, digit_ids, word_ids, ends, unit_ids["money"], letter_ids)[row]
-                tight = in_unit & amounts.to(with_number.device)
-                narrowed[row] = tight if bool(tight.any()) else in_unit
+            in_unit = with_number & unit_spans(spans, ids, continuation_ids).to(with_number.device) & ~ends_on_colon
+            ends = ids[~torch.isin(ids, unit_ids["colon"])]
+            amounts = amount_spans(spans, digit_ids, word_ids, ends, unit_ids["money"], letter_ids)
+            tight = in_unit & amounts.to(with_number.device)
+            for row in [row for row, asked in enumerate(units) if asked == names and bool(in_unit[row].any())]:
+                narrowed[row] = tight[row] if bool(tight[row].any()) else in_unit[row]
         return narrowed
 
     def _name_spans(self, spans, questions: torch.BoolTensor) -> torch.BoolTensor:
@@ -977,7 +974,6 @@ def answers_with_features(
     from tqdm.auto import tqdm
 
     frequencies = open_qa._document_frequencies()
-    personal_corpus = speaks_in_person(frequencies)
     tokenizer, config = open_qa.tokenizer, open_qa.model.config
     results = []
     with tqdm(total=len(questions), desc="answering", unit="question", disable=not progress) as bar:
@@ -993,7 +989,7 @@ def answers_with_features(
                 results.append({"answer": answer["answer"], "evidence": answer["evidence"],
                                 "features": one["features"][0, 0].tolist(),
                                 "unknown_names": unknown_names(question, frequencies[0]),
-                                "about_the_asker": [] if personal_corpus else about_the_asker(question)})  # fmt: skip
+                                "about_the_asker": _unanswerable_asker_words(question, frequencies)})  # fmt: skip
             bar.update(len(batch))
     return results
 
@@ -1410,6 +1406,13 @@ def about_the_asker(question: str) -> list[str]:
     return found
 
 
+def _unanswerable_asker_words(question: str, frequencies: tuple[Counter, int]) -> list[str]:
+    """[`about_the_asker`] of `question` where the corpus of `frequencies` cannot answer such a question (it does not
+    [`speaks_in_person`]), else `[]`: the words that make a calibrated model abstain."""
+    asker = about_the_asker(question)
+    return asker if asker and not speaks_in_person(frequencies) else []
+
+
 def speaks_in_person(frequencies: tuple[Counter, int]) -> bool:
     """Whether a corpus speaks to or as a person: "you", "your" or "my" in at least `PERSONAL_CORPUS_SHARE` of its
     blocks ([`document_frequencies`]). A handbook ("reset your password") or a diary may answer a question about its
@@ -1489,6 +1492,7 @@ def _confidence_features(
 __all__ = [
     "OpenQAPipeline",
     "about_the_asker",
+    "amount_spans",
     "answers_with_features",
     "asked_units",
     "asks_for_a_number",
