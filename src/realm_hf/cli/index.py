@@ -76,7 +76,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
         raise MissingFileError(f"corpus {path!r} does not exist (expected a file or a saved document store)")
     elif location.suffix.lower() in TEXT_SUFFIXES:
         store = _text_store(read_text_files([location]), path)
-    elif row_file_format(location) is None:
+    elif (rows_of := row_file_format(location)) is None:
         # DocumentStore.from_file's own message names its file_format= argument, which the command line has not.
         received = f"a {location.suffix} file" if location.suffix else "a file without an ending"
         raise FileFormatError(
@@ -87,7 +87,6 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
             path=location,
         )  # fmt: skip
     else:
-        rows_of = row_file_format(location)
         try:
             store = DocumentStore.from_file(location, text_column=text_column, title_column=title_column)
         except MissingColumnError as error:

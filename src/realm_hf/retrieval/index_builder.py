@@ -69,21 +69,26 @@ def _shard_is_complete(path: Path, count: int, dim: int) -> bool:
     return array.shape == (count, dim)
 
 
-def _check_settings(directory: Path, settings: dict) -> None:
+def _settings_differences(directory: Path, settings: dict) -> dict | None:
+    """`None` where `directory` holds no partial build's settings, else `{key: (recorded, now)}` for each of
+    `settings` that differs from what the partial build recorded (`{}`: it resumes)."""
     path = directory / BUILD_SETTINGS_NAME
-    if path.is_file():
-        previous = json.loads(path.read_text(encoding="utf-8"))
-        differences = {
-            key: (previous.get(key), value) for key, value in settings.items() if previous.get(key) != value
-        }
-        if differences:
-            described = "; ".join(f"{key}: was {old!r}, now {new!r}" for key, (old, new) in differences.items())
-            raise ValueError(
-                f"{directory} holds a partial index built with other settings ({described}). Resume with the same "
-                "settings, or choose a new output directory."
-            )
-    else:
-        atomic_write_bytes(path, json.dumps(settings, indent=2).encode("utf-8"))
+    if not path.is_file():
+        return None
+    previous = json.loads(path.read_text(encoding="utf-8"))
+    return {key: (previous.get(key), value) for key, value in settings.items() if previous.get(key) != value}
+
+
+def _check_settings(directory: Path, settings: dict) -> None:
+    differences = _settings_differences(directory, settings)
+    if differences is None:
+        atomic_write_bytes(directory / BUILD_SETTINGS_NAME, json.dumps(settings, indent=2).encode("utf-8"))
+    elif differences:
+        described = "; ".join(f"{key}: was {old!r}, now {new!r}" for key, (old, new) in differences.items())
+        raise ValueError(
+            f"{directory} holds a partial index built with other settings ({described}). Resume with the same "
+            "settings, or choose a new output directory."
+        )
 
 
 def _embed_shards(embedder, tokenizer, documents, directory: Path, plan: list[dict], state,
@@ -184,9 +189,8 @@ def build_settings(embedder, num_blocks: int, *, shard_size: int, batch_size: in
 
 def resumable_build(directory: str | Path, settings: dict) -> bool:
     """Whether `directory` holds a partial build that [`build_index`] would resume under `settings`."""
-    path = Path(directory) / BUILD_SETTINGS_NAME
     try:
-        return json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(settings))
+        return _settings_differences(Path(directory), settings) == {}
     except (OSError, ValueError):
         return False
 
