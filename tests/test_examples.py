@@ -119,7 +119,9 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
     spec.loader.exec_module(build)
     commands = []
     monkeypatch.setattr(build.subprocess, "run", lambda command, check: commands.append(command))
-    build.main(["--work-dir", str(tmp_path / "work"), "--output-dir", str(tmp_path / "model"), "--stages", "calibrate"])
+    build.main(
+        ["--work-dir", str(tmp_path / "work"), "--output-dir", str(tmp_path / "model"), "--stages", "calibrate"]
+    )
     (command,) = commands
     options = " ".join(command[2:])
     assert "--feature-sets kind answer+span+rare words+typed" in options

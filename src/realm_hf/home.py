@@ -5,13 +5,14 @@ Its own module, importing nothing of the package, so that every layer (data, ret
 without importing the default model's loading code.
 """
 
+import json
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["kept", "realm_hf_home"]
+__all__ = ["kept", "kept_for_corpus", "realm_hf_home"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,3 +47,32 @@ def kept(
     except OSError as error:
         logger.warning(f"Could not keep {what} in {path}: {error}")
     return value
+
+
+def kept_for_corpus(
+    records,
+    folder: str,
+    variant: str,
+    build: Callable[[], T],
+    encode: Callable[[T], object],
+    decode: Callable[[object], T],
+    what: str,
+) -> T:
+    """`build()`, a value worked out from a corpus' block records, kept as JSON in
+    `$REALM_HF_HOME/<folder>/<fingerprint>-<variant>.json` where the records come from a document store (whose
+    fingerprint names the corpus, `records.store.fingerprint()`): built once, read back after. Other records are built
+    each time. `encode` turns the value into what `json` writes, `decode` turns that back; `variant` names whatever
+    else the value depends on (titles read or not, the rules that built it), `what` the value in warnings."""
+    store = getattr(records, "store", None)
+    fingerprint = getattr(store, "fingerprint", None)
+    if not callable(fingerprint):
+        return build()
+    from .atomic import atomic_write_bytes
+
+    def read(path: Path) -> T:
+        return decode(json.loads(path.read_text(encoding="utf-8")))
+
+    def write(value: T, path: Path) -> None:
+        atomic_write_bytes(path, json.dumps(encode(value)).encode("utf-8"))
+
+    return kept(realm_hf_home() / folder / f"{fingerprint()}-{variant}.json", read, build, write, what)

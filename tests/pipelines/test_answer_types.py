@@ -11,6 +11,7 @@ from realm_hf.pipelines.answer_types import (
     answer_type_tiers,
     asked_type,
     opening_subject,
+    stored_answer_types,
     title_types,
 )
 
@@ -110,3 +111,34 @@ def test_answer_types_from_records_with_and_without_titles():
     assert len(AnswerTypes.from_records(untitled, titles_are_headings=True)) == 0
     # a corpus too large to read on first use gets no table
     assert len(AnswerTypes.from_records(untitled, max_blocks=2)) == 0
+
+
+def test_a_stores_answer_types_are_kept_on_disk_and_read_back(tmp_path, monkeypatch):
+    from realm_hf.pipelines import answer_types as module
+    from realm_hf.retrieval.document_store import DocumentStore, DocumentStoreBlockRecords
+
+    monkeypatch.setenv("REALM_HF_HOME", str(tmp_path / "home"))
+    store = DocumentStore.from_records([{"title": "Lima", "text": "Lima is the capital city of Peru."},
+                                        {"title": "Cusco", "text": "Cusco is a city in southeastern Peru."},
+                                        {"title": "Cusco", "text": "It was the Inca capital."}],
+                                       cache_dir=tmp_path / "store")  # fmt: skip
+    records = DocumentStoreBlockRecords(store)
+    expected = AnswerTypes.from_records(records).types_by_surface
+    assert {"capital", "city"} <= expected["lima"] and "city" in expected["cusco"]
+    assert stored_answer_types(records).types_by_surface == expected
+    (written,) = (tmp_path / "home" / "answer_types").iterdir()
+    assert written.name.startswith(f"{store.fingerprint()}-titles-")
+    with monkeypatch.context() as patched:
+        patched.setattr(module.AnswerTypes, "from_records", lambda *a, **k: pytest.fail("worked out again, not read"))
+        assert stored_answer_types(records).types_by_surface == expected
+    # other rules (this module changed) do not read what older ones kept
+    module._rules_digest.cache_clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(module, "_rules_digest", lambda: "newer")
+        assert stored_answer_types(records).types_by_surface == expected
+    assert len(list((tmp_path / "home" / "answer_types").iterdir())) == 2
+    # headings name no thing, and nothing is kept for them
+    assert len(stored_answer_types(records, titles_are_headings=True)) == 0
+    assert len(list((tmp_path / "home" / "answer_types").iterdir())) == 2
+    written.write_text("{not json")  # a damaged file is worked out again and replaced
+    assert stored_answer_types(records).types_by_surface == expected

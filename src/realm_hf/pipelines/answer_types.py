@@ -21,8 +21,11 @@ most right answers have no article of their own ("Maseru"), so `OTHER` and `UNKN
 changes nothing where the corpus types nothing (a corpus of manuals) or the question names no kind.
 """
 
+import functools
+import hashlib
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from transformers.utils import logging
 
@@ -226,6 +229,32 @@ class AnswerTypes:
         return found
 
 
+@functools.cache
+def _rules_digest() -> str:
+    """A digest of this module's source: answer types kept on disk by an older version of its rules are not read."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def stored_answer_types(records, titles_are_headings: bool = False) -> AnswerTypes:
+    """[`AnswerTypes.from_records`], kept as JSON under `$REALM_HF_HOME/answer_types` for records of a document store
+    (keyed by its fingerprint, whether titles are read and a digest of these rules): worked out once (2 s for the
+    default model's 43,829 blocks, a third of `realm-hf ask`'s time after its imports), read back after (0.1 s). Other
+    records, and corpora whose types are empty anyway, are worked out each time."""
+    if titles_are_headings or not len(records) or len(records) > MAX_TYPED_BLOCKS:
+        return AnswerTypes.from_records(records, titles_are_headings=titles_are_headings)
+    from ..home import kept_for_corpus
+
+    return kept_for_corpus(
+        records,
+        "answer_types",
+        f"{'titles' if getattr(records, 'include_title', True) else 'texts'}-{_rules_digest()}",
+        lambda: AnswerTypes.from_records(records),
+        lambda table: {surface: sorted(types) for surface, types in table.types_by_surface.items()},
+        lambda stored: AnswerTypes({surface: frozenset(types) for surface, types in stored.items()}),
+        "the corpus' answer types",
+    )
+
+
 def answer_type_tiers(
     candidates: dict[tuple[int, int], int],
     offsets: dict[int, tuple[int, int]],
@@ -258,5 +287,6 @@ __all__ = [
     "answer_type_tiers",
     "asked_type",
     "opening_subject",
+    "stored_answer_types",
     "title_types",
 ]

@@ -36,7 +36,6 @@ that says "your" is asked such questions; `abstain_on_personal_questions=False` 
 """
 
 import datetime
-import json
 import math
 import os
 import re
@@ -56,7 +55,7 @@ from ..modeling import RealmForOpenQA
 from ..retrieval.block_records import iter_record_texts, record_text
 from ..retrieval.hybrid import searching_for
 from ..retrieval.interfaces import BlockOffsets, Retriever, TitledRecords
-from .answer_types import TYPED, UNKNOWN, AnswerTypes, answer_type_tiers, asked_type
+from .answer_types import TYPED, UNKNOWN, AnswerTypes, answer_type_tiers, asked_type, stored_answer_types
 from .questions import check_question, encode_question
 
 logger = logging.get_logger(__name__)
@@ -560,10 +559,10 @@ class OpenQAPipeline(Pipeline):
         return cached[1]
 
     def _answer_types(self) -> AnswerTypes:
-        """[`AnswerTypes`] of the retriever's blocks, read on first use (3 s for the default model's 43,829)."""
+        """[`AnswerTypes`] of the retriever's blocks, read on first use ([`stored_answer_types`])."""
         return self._per_corpus(
             "answer_types",
-            lambda records: AnswerTypes.from_records(records, titles_are_headings=self._titles_are_headings()),
+            lambda records: stored_answer_types(records, titles_are_headings=self._titles_are_headings()),
         )
 
     def _titles_are_headings(self) -> bool:
@@ -1325,23 +1324,17 @@ def stored_document_frequencies(records) -> tuple[Counter, int]:
     """[`document_frequencies`] of block records, kept as JSON under `$REALM_HF_HOME/word_counts` for records of a
     document store (keyed by its fingerprint and whether titles are read): counted once (1.6 s for the default
     model's 43,829 blocks), read back after (0.2 s). Other records are counted each time."""
-    store = getattr(records, "store", None)
-    fingerprint = getattr(store, "fingerprint", None)
-    if not callable(fingerprint):
-        return document_frequencies(iter_record_texts(records))
-    from ..atomic import atomic_write_bytes
-    from ..home import kept, realm_hf_home
+    from ..home import kept_for_corpus
 
-    def read(path) -> tuple[Counter, int]:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        return Counter(stored["counts"]), int(stored["blocks"])
-
-    def write(value: tuple[Counter, int], path) -> None:
-        atomic_write_bytes(path, json.dumps({"blocks": value[1], "counts": value[0]}).encode("utf-8"))
-
-    titles = "titles" if getattr(records, "include_title", True) else "texts"
-    path = realm_hf_home() / "word_counts" / f"{fingerprint()}-{titles}.json"
-    return kept(path, read, lambda: document_frequencies(iter_record_texts(records)), write, "the corpus' word counts")
+    return kept_for_corpus(
+        records,
+        "word_counts",
+        "titles" if getattr(records, "include_title", True) else "texts",
+        lambda: document_frequencies(iter_record_texts(records)),
+        lambda value: {"blocks": value[1], "counts": value[0]},
+        lambda stored: (Counter(stored["counts"]), int(stored["blocks"])),
+        "the corpus' word counts",
+    )
 
 
 def unknown_names(question: str, frequencies: Counter) -> list[str]:

@@ -159,6 +159,7 @@ class DocumentStore:
         self._scratch: ScratchDirectory | None = None
         self._fingerprint: str | None = None
         self._text_view: datasets.Dataset | None = None
+        self._title_view: datasets.Dataset | None = None
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -561,7 +562,7 @@ class DocumentStore:
 
     def _set_dataset(self, dataset: datasets.Dataset) -> None:
         self._dataset = dataset
-        self._text_view = None
+        self._text_view = self._title_view = None
         self._fingerprint = None
 
     @property
@@ -649,7 +650,12 @@ class DocumentStore:
 
     def titles(self, ids: Any) -> list[str]:
         """`list[str]`: the titles of the documents `ids` (as for [`DocumentStore.get`]); `""` for none."""
-        return self._title_text(ids)["title"]
+        rows = self._normalize_ids(ids)
+        if not rows:
+            return []
+        if self._title_view is None:  # the titles alone: reading the texts too took 0.2 s for 43,829 titles
+            self._title_view = self._dataset.select_columns(["title"])
+        return self._title_view[rows]["title"]
 
     def block_texts(self, ids: Any, include_title: bool = True) -> list[str]:
         """`list[str]`: what REALM embeds and reads for the documents `ids`: [`block_text`] of each title and text."""
