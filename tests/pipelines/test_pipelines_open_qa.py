@@ -22,6 +22,7 @@ from realm_hf.pipelines.open_qa import (
     KIND_FEATURE_COLUMNS,
     TYPE_POOL,
     answers_with_features,
+    cross_sentence_spans,
     spans_in_question,
     unbalanced_spans,
 )
@@ -89,8 +90,9 @@ def test_the_best_answer_is_the_forward_prediction_as_written(open_qa):
     tokenizer = open_qa.tokenizer
     cased = 0
     for question in QUESTIONS:
-        # forward knows nothing of the question-span and name rules
-        answer = open_qa(question, exclude_question_spans=False, prefer_name_answers=False)
+        # forward knows nothing of the question-span, sentence and name rules
+        answer = open_qa(question, exclude_question_spans=False, exclude_cross_sentence_spans=False,
+                         prefer_name_answers=False)  # fmt: skip
         block_id, answer_ids = _forward_answer(open_qa.model, tokenizer, question)
         assert answer["block_id"] == block_id
         assert tokenizer(answer["answer"], add_special_tokens=False).input_ids == answer_ids
@@ -133,7 +135,8 @@ def test_scores_are_probabilities_over_every_span_of_the_blocks_read(open_qa):
     question = QUESTIONS[1]
     scores = open_qa.model.score_spans(**open_qa.tokenizer([question], return_tensors="pt"))
     num_spans = int(scores.span_mask.sum())
-    answers = open_qa(question, top_k=10**6, exclude_question_spans=False, prefer_name_answers=False)
+    answers = open_qa(question, top_k=10**6, exclude_question_spans=False, exclude_cross_sentence_spans=False,
+                      prefer_name_answers=False)  # fmt: skip
     assert len(answers) == num_spans  # every (block, span) pair, no more
     assert sum(answer["score"] for answer in answers) == pytest.approx(1.0, abs=1e-4)
     # the score is the softmax of span logit + retrieval logit over those pairs
@@ -337,6 +340,41 @@ def test_unbalanced_spans_matches_a_brute_force_count():
     assert not unbalanced_spans(spans, []).any()  # a tokenizer without brackets leaves every span
 
 
+def test_cross_sentence_spans_matches_a_brute_force_count():
+    generator = torch.Generator().manual_seed(0)
+    # 1 ".", 2 "?", 3 an abbreviation ("st"), 4 a digit wordpiece, 5-7 words
+    reader_ids = torch.randint(1, 8, (2, 3, 14), generator=generator)
+    starts = torch.tensor([p for width in range(5) for p in range(14 - width)])
+    ends = torch.tensor([p + width for width in range(5) for p in range(14 - width)])
+    spans = SimpleNamespace(reader_input_ids=reader_ids, candidate_starts=starts, candidate_ends=ends)
+    found = cross_sentence_spans(spans, torch.tensor([1, 2]), torch.tensor([3]), torch.tensor([4]))
+    assert found.shape == (2, 3, len(starts))
+    for b in range(2):
+        for r in range(3):
+            row = reader_ids[b, r].tolist()
+            for n, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+                expected = any(row[p] in (1, 2) and not (p > 0 and row[p - 1] == 3) and not (p + 1 < 14 and
+                               row[p + 1] == 4) for p in range(start, end))  # fmt: skip
+                assert bool(found[b, r, n]) == expected, (b, r, row[start : end + 1])
+    assert found.any() and not found.all()
+    assert not cross_sentence_spans(
+        spans, torch.tensor([], dtype=torch.long), torch.tensor([3]), torch.tensor([4])
+    ).any()
+
+
+def test_answers_never_run_on_past_a_sentence_end(tmp_path):
+    tokenizer = RealmTokenizer(
+        str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + [".", "?", "st", "5", "50"]))
+    )
+    texts = [b"the first record. this is low", b"st. second test 5.50 want", b"third record? fourth fifth"]
+    open_qa = _random_open_qa(tokenizer, texts, max_span_width=5)
+    every = {answer["answer"] for answer in open_qa("test question", top_k=10**6, exclude_cross_sentence_spans=False)}
+    kept = {answer["answer"] for answer in open_qa("test question", top_k=10**6)}
+    assert {"record. this", "first record. this is", "third record? fourth"} <= every - kept
+    assert {"st. second", "5.50 want", "first record.", "record?"} <= kept  # abbreviation, decimal, a final mark: kept
+    assert not any(". t" in answer or "? f" in answer for answer in kept)
+
+
 def test_answers_never_hold_unpaired_brackets(tmp_path):
     tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + ["(", ")"])))
     texts = [b"the first record (this is low) want", b"( second ) test ( runn )", b"third ( fourth ( fifth ) ) record"]
@@ -363,7 +401,7 @@ def test_truncated_blocks_map_correctly(demo_dir, truncation_side):
     model = RealmForOpenQA.from_pretrained(demo_dir)
     # forward's ranking, which the test compares with
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu",
-                       prefer_name_answers=False)  # fmt: skip
+                       prefer_name_answers=False, exclude_cross_sentence_spans=False)  # fmt: skip
     tokenizer = open_qa.tokenizer
     for question in QUESTIONS[:3]:
         answers = open_qa(question, top_k=10**6)
