@@ -783,6 +783,22 @@ def test_a_number_is_answered_in_the_unit_asked_for(tmp_path):
     assert sorted(map(key, plain)) == sorted(map(key, preferred)) and preferred[0]["answer"] == "11 hours"
 
 
+def test_a_price_written_with_its_sign_and_a_time_are_amounts(tmp_path):
+    """ "€45" (wordpieces "€", "##45") holds a number and is one amount of money; "10:30" is one time, not the start of
+    "10:30 and leave your key"."""
+    texts = ["The plot rent is €45 per plot and is due by 31 January.",
+             "Please check out by 10:30 and leave your key at reception."]  # fmt: skip
+    questions = ["How much does it cost to rent a plot?", "What time do we need to check out?"]
+    words = sorted({word for text in texts + questions for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+                   - set(RETRIEVAL_TEST_VOCAB) - {"45"})  # fmt: skip
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words + ["##45"])))
+    assert tokenizer.tokenize("€45") == ["€", "##45"]
+    for seed in range(3):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
+        assert qa(questions[0])["answer"] == "€45"
+        assert qa(questions[1])["answer"] == "10:30"
+
+
 def test_number_questions_get_an_answer_holding_a_number(open_qa):
     from realm_hf.pipelines.open_qa import number_spans
 

@@ -395,7 +395,9 @@ class OpenQAPipeline(Pipeline):
             numeric, yearly = asks("asks_for_a_number", asks_for_a_number), asks("asks_for_a_year", asks_for_a_year)
             if bool(numeric.any()):
                 digit_ids, word_ids, continuation_ids, digit_continuation_ids = self._number_ids()
-                with_number = number_spans(spans, digit_ids, word_ids, continuation_ids, self._code_ids()) & span_mask
+                signed_ids = (self._unit_ids()["sign"], digit_continuation_ids)
+                with_number = number_spans(spans, digit_ids, word_ids, continuation_ids, self._code_ids(), signed_ids)
+                with_number &= span_mask
                 if bool(yearly.any()):  # a year is one number: where some span is one, the others holding one are not
                     whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
                     keep_whole = yearly & whole.flatten(1).any(-1)
@@ -486,7 +488,7 @@ class OpenQAPipeline(Pipeline):
         where any span is. A span never ends on a time's ":" ("09:30", not "09:")."""
         if not any(units):
             return with_number
-        digit_ids, word_ids, continuation_ids, _ = self._number_ids()
+        digit_ids, word_ids, continuation_ids, digit_continuation_ids = self._number_ids()
         unit_ids, letter_ids = self._unit_ids(), self._code_ids()[1]
         reader_ids = spans.reader_input_ids
         last = reader_ids[..., spans.candidate_ends.to(reader_ids.device)]  # (B, R, N)
@@ -494,9 +496,11 @@ class OpenQAPipeline(Pipeline):
         narrowed = with_number.clone()
         for names in set(units) - {""}:  # each kind of unit once, for the whole batch
             ids = torch.cat([unit_ids[name] for name in names.split()])
-            in_unit = with_number & unit_spans(spans, ids, continuation_ids).to(with_number.device) & ~ends_on_colon
+            in_unit = unit_spans(spans, ids, continuation_ids, unit_ids["sign"]).to(with_number.device)
+            in_unit &= with_number & ~ends_on_colon
             ends = ids[~torch.isin(ids, unit_ids["colon"])]
-            amounts = amount_spans(spans, digit_ids, word_ids, ends, unit_ids["money"], letter_ids)
+            amounts = amount_spans(spans, digit_ids, word_ids, ends, unit_ids["money"], letter_ids,
+                                   digit_continuation_ids, unit_ids["colon"])  # fmt: skip
             tight = in_unit & amounts.to(with_number.device)
             for row in [row for row, asked in enumerate(units) if asked == names and bool(in_unit[row].any())]:
                 narrowed[row] = tight[row] if bool(tight[row].any()) else in_unit[row]
@@ -634,7 +638,7 @@ class OpenQAPipeline(Pipeline):
             vocab = self.tokenizer.get_vocab()
             ids = self._cached_unit_ids = {
                 name: torch.tensor(sorted(vocab[word] for word in words if word in vocab), dtype=torch.long)
-                for name, words in {**UNIT_WORDS, "colon": [":"]}.items()
+                for name, words in {**UNIT_WORDS, "colon": [":"], "sign": CURRENCY_SIGNS}.items()
             }
         return ids
 
@@ -981,6 +985,7 @@ _ASKED_UNITS = [
                 r"|\b(?:do|does|did|will|you|they|we)\s+charge\b|\bcharge[sd]?\s+for\b", re.IGNORECASE), ("money",)),
     (re.compile(r"\bpercent(?:age)?\b|\bwhat\s+share\b", re.IGNORECASE), ("percent",)),
 ]  # fmt: skip
+CURRENCY_SIGNS = frozenset("€$£¥")
 _NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")  # a wordpiece that starts a number: not "##2" of "K2"
 _DIGITS_CONTINUED = re.compile(r"^##\d+$")  # the "##2" of "1492" (wordpieces "149", "##2")
 _ASKS_FOR_A_YEAR = re.compile(rf"\b{_YEAR}\b", re.IGNORECASE)
@@ -1130,10 +1135,12 @@ def number_spans(
     word_ids: torch.Tensor,
     continuation_ids: torch.Tensor,
     code_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
+    signed_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.BoolTensor:
     """Which candidate spans hold a number, written in digits or in words: `(B, R, N)`, `True` where a wordpiece of
     span `n` of block `r` is among `digit_ids` ("1912", "30"; not the "2" of "K2", a continuation wordpiece), or among
-    `word_ids` and not followed by one of `continuation_ids` (the "two" of "two-year"; not the "ten" of "tenuous").
+    `word_ids` and not followed by one of `continuation_ids` (the "two" of "two-year"; not the "ten" of "tenuous"), or
+    is digits continuing a currency sign (the "##45" of "€45").
 
     A question asking for a number ("How long is the warranty?") is answered with such a span where any is a
     candidate: a small reader often prefers the name next to the number (over a product manual, "Acme K2 kettle",
@@ -1147,6 +1154,8 @@ def number_spans(
         continuation_ids (`torch.LongTensor`): the wordpieces that continue a word ("##...").
         code_ids (`tuple` of two `torch.LongTensor`, *optional*): hyphens and letter wordpieces: digits after a hyphen
             that follows letters are part of a name ("K-300", "F-16"), not a number.
+        signed_ids (`tuple` of two `torch.LongTensor`, *optional*): currency signs and the continuation wordpieces made
+            of digits: "€45" is read "€", "##45", and its digits are a number.
     """
     reader_ids = spans.reader_input_ids  # (B, R, L)
     device = reader_ids.device
@@ -1159,6 +1168,9 @@ def number_spans(
         hyphens, letters = (torch.isin(reader_ids, ids.to(device)) for ids in code_ids)
         after_code = torch.nn.functional.pad(hyphens[..., 1:-1] & letters[..., :-2], (2, 0))  # (B, R, L)
         numbers &= ~after_code
+    if signed_ids is not None:
+        signs, continued_digits = (torch.isin(reader_ids, ids.to(device)) for ids in signed_ids)
+        numbers |= continued_digits & torch.nn.functional.pad(signs[..., :-1], (1, 0))
     return _count_in_spans(numbers, starts, ends) > 0
 
 
@@ -1175,8 +1187,11 @@ def _continued(reader_ids: torch.Tensor, continuation_ids: torch.Tensor) -> torc
     return torch.nn.functional.pad(following, (0, 1))
 
 
-def unit_spans(spans, unit_ids: torch.Tensor, continuation_ids: torch.Tensor) -> torch.BoolTensor:
-    """Which candidate spans hold one of `unit_ids` as a whole word (not the "m" of "m##Ah"): `(B, R, N)`.
+def unit_spans(
+    spans, unit_ids: torch.Tensor, continuation_ids: torch.Tensor, sign_ids: torch.Tensor | None = None
+) -> torch.BoolTensor:
+    """Which candidate spans hold one of `unit_ids` as a whole word (not the "m" of "m##Ah") or as one of `sign_ids`,
+    whatever follows (the "€" of "€45", read "€", "##45"): `(B, R, N)`.
 
     Of the spans holding a number, a question asking for one in a unit ([`asked_units`]) is answered with one that
     holds the unit where any is: "How long does the battery last?" over "a 2200 mAh battery ... lasts about 11 hours"
@@ -1186,7 +1201,10 @@ def unit_spans(spans, unit_ids: torch.Tensor, continuation_ids: torch.Tensor) ->
     starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
     if starts.numel() == 0:
         return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
-    units = torch.isin(reader_ids, unit_ids.to(device)) & ~_continued(reader_ids, continuation_ids)
+    whole = ~_continued(reader_ids, continuation_ids)
+    if sign_ids is not None:
+        whole |= torch.isin(reader_ids, sign_ids.to(device))
+    units = torch.isin(reader_ids, unit_ids.to(device)) & whole
     return _count_in_spans(units, starts, ends) > 0
 
 
@@ -1197,12 +1215,16 @@ def amount_spans(
     unit_ids: torch.Tensor,
     money_ids: torch.Tensor,
     letter_ids: torch.Tensor,
+    digit_continuation_ids: torch.Tensor | None = None,
+    colon_ids: torch.Tensor | None = None,
 ) -> torch.BoolTensor:
     """Which candidate spans are one amount and nothing around it: `(B, R, N)`, `True` where span `n` of block `r`
     starts with a number (`digit_ids`, `word_ids`) and ends with one of `unit_ids` ("11 hours", "4-year", "5.50 euros",
-    "7 working days", "three months"), or starts with a currency sign among `money_ids` and ends with digits ("$ 5",
-    "€12.50"), and holds no digits after a word (`letter_ids`: "5,200 mAh battery lasts about 11 hours" is two). A
-    question asking for a number in a unit is answered with such a span where one holds the unit; see [`unit_spans`]."""
+    "7 working days", "three months") or, given `colon_ids`, with the digits after a colon ("10:30"), or starts with a
+    currency sign among `money_ids` and ends with digits ("$ 5", "€12.50", and "€45", read "€", "##45", given
+    `digit_continuation_ids`), and holds no digits after a word (`letter_ids`: "5,200 mAh battery lasts about 11 hours"
+    is two). A question asking for a number in a unit is answered with such a span where one holds the unit; see
+    [`unit_spans`]."""
     reader_ids = spans.reader_input_ids  # (B, R, L)
     device = reader_ids.device
     starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
@@ -1211,8 +1233,13 @@ def amount_spans(
     first, last = reader_ids[..., starts], reader_ids[..., ends]  # (B, R, N)
     number = torch.cat([digit_ids, word_ids]).to(device)
     starts_with_number = torch.isin(first, number)
-    amount = (starts_with_number & torch.isin(last, unit_ids.to(device))) | (
-        torch.isin(first, money_ids.to(device)) & torch.isin(last, number)
+    ends_with_unit = torch.isin(last, unit_ids.to(device))
+    if colon_ids is not None:  # "10:30": digits after a colon
+        after_colon = torch.nn.functional.pad(torch.isin(reader_ids[..., :-1], colon_ids.to(device)), (1, 0))
+        ends_with_unit |= (torch.isin(reader_ids, number) & after_colon)[..., ends]
+    signed = torch.cat([number, digit_continuation_ids.to(device)]) if digit_continuation_ids is not None else number
+    amount = (starts_with_number & ends_with_unit) | (
+        torch.isin(first, money_ids.to(device)) & torch.isin(last, signed)
     )
     # one amount: no number after a word ("5,200 mAh battery lasts about 11 hours" holds two)
     positions, inside = _span_positions(starts, ends, reader_ids.shape[-1])  # (N, W)
