@@ -58,9 +58,11 @@ CALIBRATION_FEATURES = (
     "log_kind_span_probability",
     "kind_margin",
     "log_kind_answer_probability",
-    # 1 where the pipeline's typed rule put this answer first (a title of the kind the question names, over the span
-    # the reader ranked first: "In which country is Machu Picchu?" Peru over Cusco), else 0. The kind features read
-    # the promoted answer as the reader ranks it, below the span it displaced; this says it was promoted.
+    # 1 where a rule narrowed the question's spans past what the kind features read and kept this answer: the typed
+    # rule (a title of the kind the question names, over the span the reader ranked first: "In which country is Machu
+    # Picchu?" Peru over Cusco) or the unit rule (one amount in the unit asked for: "How long ...?" "11 hours"), else
+    # 0. The kind features read the answer as the reader ranks it among every span of the kind (every number); this
+    # says a narrower rule kept it.
     "typed_promoted",
 )
 MAX_MARGIN = 20.0

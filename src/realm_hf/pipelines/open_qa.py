@@ -462,8 +462,10 @@ class OpenQAPipeline(Pipeline):
         if bool(kind_demoted.any()):  # among those spans: the same numbers, renormalised
             kind_logits = logits.masked_fill(kind_demoted.view(batch_size, -1), float("-inf"))
             kind = features(kind_logits, kind_logits.softmax(dim=-1))
-        # typed_promoted: the typed rule reordered this question (it demoted more than the kind rules) and kept this
-        # answer among the titles of the kind asked for.
+        # typed_promoted: a rule narrowed this question past what the kind features read (the typed rule to titles of
+        # the kind asked for, the unit rule to amounts in the unit asked for) and kept this answer among those spans.
+        # The unit rule counts since it came (session 22): the shipped calibration was fitted so, and over a user's
+        # documents, where types are rare, it flags 42% of the right answers and 18% of the wrong ones.
         promoted = (demoted != kind_demoted).view(batch_size, -1).any(dim=-1, keepdim=True)  # (B, 1)
         typed_promoted = (promoted & ~demoted.view(batch_size, -1).gather(1, best)).to(plain.dtype)  # (B, k)
         # The first key sets how the pipeline splits a batch into questions: it must be (B, ...).
