@@ -1,5 +1,7 @@
 """The index builder: embeddings equal the model's, resumption after interruption, appending, settings checks."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -138,7 +140,12 @@ def test_add_documents_is_one_call_for_embeddings_and_documents(tmp_path, embedd
     reloaded = DocumentStore.load(tmp_path / "documents")
     assert len(reloaded) == 11 and reloaded[10]["title"] == "w1"
     assert _read(tmp_path).shape[0] == 11
+    # an index.json written before max_length was recorded (the default model's own index) still takes new blocks
+    manifest = json.loads((tmp_path / "index.json").read_text())
+    del manifest["max_length"]
+    (tmp_path / "index.json").write_text(json.dumps(manifest))
+    assert add_documents(embedder, tokenizer, tmp_path, [{"title": "", "text": "w5"}], progress=False) == range(11, 12)
     # an index whose documents and embeddings disagree is refused rather than misaligned
     store.save(tmp_path / "documents")
-    with pytest.raises(ValueError, match="10 documents but 11 embedded blocks"):
+    with pytest.raises(ValueError, match="10 documents but 12 embedded blocks"):
         add_documents(embedder, tokenizer, tmp_path, [{"title": "", "text": "w4"}], progress=False)

@@ -178,6 +178,10 @@ def _clean_temporary_files(directory: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
+# Wordpieces a block is embedded with, at most, unless the caller says otherwise.
+DEFAULT_MAX_LENGTH = 288
+
+
 def build_settings(embedder, num_blocks: int, *, shard_size: int, batch_size: int, max_length: int,
                    provenance: dict | None = None) -> dict:  # fmt: skip
     """The settings [`build_index`] records in a partial build (`build.json`) and resumes only under."""
@@ -204,7 +208,7 @@ def build_index(
     *,
     shard_size: int = 16384,
     batch_size: int = 64,
-    max_length: int = 288,
+    max_length: int = DEFAULT_MAX_LENGTH,
     provenance: dict | None = None,
     progress: bool = True,
     precision: str = "fp32",
@@ -325,9 +329,14 @@ def add_to_index(
     if state.is_main_process:
         _clean_temporary_files(directory)
     state.wait_for_everyone()
-    _embed_shards(
-        embedder, tokenizer, _Shifted(), directory, plan, state, batch_size, manifest["max_length"], progress
-    )
+    max_length = manifest.get("max_length")
+    if max_length is None:  # an index.json written before the build recorded it (the default model's own index)
+        max_length = min(DEFAULT_MAX_LENGTH, getattr(embedder.config, "max_position_embeddings", DEFAULT_MAX_LENGTH))
+        logger.warning(
+            f"{directory / 'index.json'} names no max_length (the wordpieces each block was embedded with): the new "
+            f"blocks are embedded with up to {max_length}, as `realm-hf index build` does"
+        )
+    _embed_shards(embedder, tokenizer, _Shifted(), directory, plan, state, batch_size, max_length, progress)
     state.wait_for_everyone()
     if state.is_main_process:
         manifest["shards"] = manifest["shards"] + plan
