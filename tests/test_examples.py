@@ -131,17 +131,25 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
     assert shipped["metadata"]["max_correct_abstained"] == 0.08
 
 
-@pytest.mark.parametrize("name", ["own_documents", "town_documents"])
-def test_own_document_sets_answer_from_their_files_and_split_by_file(name):
-    """The user-documents evaluation sets: every answer stands in its file as written, unanswerable questions have
-    none, and no file has questions in both splits (the README of each set says how it was written)."""
+@pytest.mark.parametrize(
+    ("name", "unanswerable", "splits"),
+    [
+        ("own_documents", 12, {"dev", "test"}),
+        ("town_documents", 12, {"dev", "test"}),
+        *((f"document_training/{name}", 10, {"train"}) for name in ("health", "study", "devices", "leisure")),
+    ],
+)
+def test_document_sets_answer_from_their_files_and_split_by_file(name, unanswerable, splits):
+    """The user-documents sets (two for evaluation, four for training): every answer stands in its file as written,
+    unanswerable questions have none, and no file has questions in two splits (each set's README says how it was
+    written)."""
     folder = ROOT / "examples" / name
     rows = [json.loads(line) for line in (folder / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
     texts = {path.name: path.read_text(encoding="utf-8") for path in (folder / "corpus").iterdir()}
-    assert len(rows) == 100 and sum(not row["answers"] for row in rows) == 12
-    splits = {}
+    assert len(rows) == 100 and sum(not row["answers"] for row in rows) == unanswerable
+    found = {}
     for row in rows:
         assert row["file"] in texts, row
         assert all(answer in texts[row["file"]] for answer in row["answers"]), row
-        splits.setdefault(row["file"], set()).add(row["split"])
-    assert all(len(split) == 1 for split in splits.values()) and {"dev", "test"} == set().union(*splits.values())
+        found.setdefault(row["file"], set()).add(row["split"])
+    assert all(len(split) == 1 for split in found.values()) and splits == set().union(*found.values())
