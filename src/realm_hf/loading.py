@@ -334,7 +334,10 @@ def load_open_qa(
                              "or $REALM_HF_DEFAULT_MODEL): pass a model directory or Hub repo id.")  # fmt: skip
     hub_kwargs = _hub_kwargs(kwargs)
     if _local_directory(name_or_path, hub_kwargs) is None:
+        _check_not_a_path(name_or_path)
         check_hub_model(str(name_or_path), hub_kwargs)
+    else:
+        _check_model_directory(name_or_path, _local_directory(name_or_path, hub_kwargs))
     if retriever is None:
         found = find_retrieval(name_or_path, index, searcher=searcher, pretokenized=pretokenized, **hub_kwargs)
         retriever, searcher = found.retriever, found.searcher
@@ -356,6 +359,32 @@ def load_open_qa(
         check_searcher_fits(model, searcher, str(index) if index is not None else "the index")
     fit_beam_sizes(model)
     return model.eval(), retriever
+
+
+def _check_not_a_path(name_or_path) -> None:
+    """A name that is no directory here must be a Hub repo id (`name` or `owner/name`): a file, or a path that does not
+    exist, is named as such rather than by the Hub client's "Repo id must use alphanumeric chars"."""
+    from .errors import MissingFileError, ModelLoadError
+
+    value = str(name_or_path)
+    if os.path.exists(value):
+        raise ModelLoadError(f"model {value!r} is a file; expected a model directory or a Hub repo id")
+    if os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value:
+        raise MissingFileError(f"model {value!r}: no such directory (expected a model directory or a Hub repo id)")
+
+
+def _check_model_directory(name_or_path, directory: Path) -> None:
+    """A local model directory holds a config.json; an index directory given as the model is named as one."""
+    from .errors import ModelLoadError
+    from .retrieval import is_searcher_directory
+
+    if (directory / "config.json").is_file():
+        return
+    if is_searcher_directory(directory):
+        raise ModelLoadError(f"model {str(name_or_path)!r} is an index, not a model: pass it as index= (and the "
+                             "model that built it as the model, or none for the default model)")  # fmt: skip
+    raise ModelLoadError(f"model {str(name_or_path)!r} holds no config.json: expected a model directory (written by "
+                         "save_pretrained or `realm-hf train`) or a Hub repo id")  # fmt: skip
 
 
 def _stored_dtype(name_or_path, hub_kwargs: dict) -> str | None:

@@ -64,6 +64,13 @@ def inputs(tmp_path_factory, demo_dir):
         "mixed/notes.md": b"# Notes\n\nParis is the capital of France.\n",
         "mixed/rows.jsonl": GOOD.encode(),
         "qa-broken.jsonl": b'{"question": "q?", "answers": ["a"]}\n{"question": "r?",\n',
+        "qa-squad.jsonl": b'{"question": "q?", "answers": {"text": ["a"], "answer_start": [0]}}\n',
+        "qa-blank-question.jsonl": b'{"question": "q?", "answers": ["a"]}\n\n{"question": " ", "answers": ["b"]}\n',
+        "qa-null-question.jsonl": b'{"question": "q?", "answers": ["a"]}\n{"question": null, "answers": ["b"]}\n',
+        "qa-latin1.jsonl": b'{"question": "q?", "answers": ["a"]}\n{"question": "caf\xe9?", "answers": ["b"]}\n',
+        "qa-decimal.jsonl": b'{"question": "q?", "answers": [1.5]}\n',
+        "qa-array.json": b'[{"question": "q?", "answers": ["a"]}]',
+        "qa-unanswerable.jsonl": b'{"question": "q?", "answers": []}\n{"question": "r?", "answers": []}\n',
     }
     for name, data in files.items():
         (root / name).parent.mkdir(exist_ok=True)
@@ -159,6 +166,46 @@ CLI_CASES = [
      "no-index': no such directory (expected an index directory"),
     ("train-file-is-a-directory", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file", "{in}",
                                    "--output-dir", "{out}"], None, 1, "is a directory; expected a .jsonl, .json"),
+    ("train-answers-squad-layout", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file",
+                                    "{in}/qa-squad.jsonl", "--output-dir", "{out}"], None, 1,
+     "qa-squad.jsonl line 1: expected 'answers' to be a list of strings (or one string), received a dict with keys "
+     "['answer_start', 'text'] (SQuAD's layout: give the answer texts themselves"),
+    ("train-blank-question", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file",
+                              "{in}/qa-blank-question.jsonl", "--output-dir", "{out}"], None, 1,
+     "qa-blank-question.jsonl line 3: expected a non-empty 'question' string, received ' '"),
+    ("train-null-question", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file",
+                             "{in}/qa-null-question.jsonl", "--output-dir", "{out}"], None, 1,
+     "qa-null-question.jsonl line 2: expected a non-empty 'question' string, received None"),
+    ("train-decimal-answer", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file",
+                              "{in}/qa-decimal.jsonl", "--output-dir", "{out}"], None, 1,
+     "qa-decimal.jsonl line 1: expected 'answers' to be a list of strings (or one string), received [1.5]: write a "
+     "number as the documents spell it"),
+    ("train-latin1", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file", "{in}/qa-latin1.jsonl",
+                      "--output-dir", "{out}"], None, 1,
+     "qa-latin1.jsonl line 2: expected UTF-8 text, received byte 0xe9 at byte offset 54 (save the file as UTF-8)"),
+    ("train-output-is-the-index", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file",
+                                   "{in}/qa-squad.jsonl", "--output-dir", "{in}/finished"], None, 2,
+     "finished is the index you train over (--index) (it holds index.json): training would write the model's files "
+     "among the index's; expected another directory"),
+    ("train-output-is-a-file", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file",
+                                "{in}/qa-squad.jsonl", "--output-dir", "{in}/good.jsonl"], None, 2,
+     "good.jsonl is a file; expected a directory to write the checkpoints and the trained model in"),
+    ("eval-answers-squad-layout", ["evaluate", "--model", "{demo}", "--data", "{in}/qa-squad.jsonl"], None, 1,
+     "line 1: expected 'answers' to be a list of strings (or one string), received a dict with keys"),
+    ("eval-blank-question", ["evaluate", "--model", "{demo}", "--data", "{in}/qa-blank-question.jsonl"], None, 1,
+     "qa-blank-question.jsonl': line 3: expected a non-empty 'question' string, received ' '"),
+    ("eval-latin1", ["evaluate", "--model", "{demo}", "--data", "{in}/qa-latin1.jsonl"], None, 1,
+     "qa-latin1.jsonl': line 2: expected UTF-8 text, received byte 0xe9 at byte offset 54"),
+    ("eval-empty", ["evaluate", "--model", "{demo}", "--data", "{in}/empty.jsonl"], None, 1,
+     "empty.jsonl is empty: expected one question per line, e.g. {\"question\": \"Who founded Acme?\""),
+    ("eval-json-array", ["evaluate", "--model", "{demo}", "--data", "{in}/qa-array.json"], None, 1,
+     "line 1: expected a 'question' string and 'answers' (or 'answer'), got a JSON array; write one JSON object per "
+     "line (JSON Lines)"),
+    ("eval-missing-data", ["evaluate", "--model", "{demo}", "--data", "{in}/missing.jsonl"], None, 1,
+     "missing.jsonl': no such file (expected a JSON Lines file of"),
+    ("calibrate-only-unanswerable", ["calibrate", "--model", "{demo}", "--data", "{in}/qa-unanswerable.jsonl"], None,
+     1, "qa-unanswerable.jsonl: all 2 questions have \"answers\": [] (unanswerable); expected questions with answers "
+        "among them too"),
     ("compress-bad-factory", ["index", "compress", "--model", "{demo}", "--output", "{out}", "--factory", "BOGUS"],
      None, 1, "factory 'BOGUS': faiss cannot make an index of it for 32-d vectors (could not parse index string"),
     ("push-bad-repo-id", ["push", "{demo}", "bad repo!!"], None, 2,
@@ -427,3 +474,29 @@ def test_api_readers_raise_named_errors(inputs, tmp_path):
 
         verify_index(inputs / "fewer-documents")
     assert issubclass(IndexMismatchError, RealmHfError)
+
+
+def test_api_load_open_qa_names_what_is_not_a_model(inputs, tmp_path):
+    from realm_hf.errors import ModelLoadError
+    from realm_hf.loading import load_open_qa
+
+    with pytest.raises(MissingFileError, match=r"model '/no/such/dir': no such directory \(expected a model dir"):
+        load_open_qa("/no/such/dir")  # not huggingface_hub's "Repo id must use alphanumeric chars"
+    with pytest.raises(ModelLoadError, match="finished' is an index, not a model: pass it as index="):
+        load_open_qa(inputs / "finished")
+    with pytest.raises(ModelLoadError, match="mixed' holds no config.json: expected a model directory"):
+        load_open_qa(inputs / "mixed")  # not "holds no documents"
+    with pytest.raises(ModelLoadError, match="good.jsonl' is a file; expected a model directory or a Hub repo id"):
+        load_open_qa(inputs / "good.jsonl")
+
+
+def test_numbers_as_answers_are_read_as_the_strings_they_spell(tmp_path):
+    """`"answers": 1999` used to end in "TypeError: 'int' object is not iterable" in evaluate and train."""
+    from realm_hf.cli.evaluate import read_questions
+    from realm_hf.cli.train import _load_rows
+
+    data = tmp_path / "years.jsonl"
+    data.write_text('{"question": "When?", "answers": 1999}\n{"question": "And?", "answers": [2001, "MMI"]}\n')
+    assert read_questions(data)[1] == [["1999"], ["2001", "MMI"]]
+    rows = _load_rows(str(data), None, "train")
+    assert len(rows) == 2

@@ -3,6 +3,7 @@ dev checkpoint, `realm-hf train`, and a 2-process (gloo) run equal to one proces
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,10 +70,23 @@ def test_collator_pads_answers_with_minus_one_and_reads_both_layouts(demo_dir):
     assert answer_ids[0, 0, : len(paris)].tolist() == paris and (answer_ids[0, 1] == -1).all()
     assert (answer_ids[2, 0] >= 0).sum() == len(tokenizer("William Shakespeare", add_special_tokens=False).input_ids)
     assert answers_of({"answer": ["a", "b"]}) == ["a", "b"] and answers_of({"answers": "x"}) == ["x"]
+    assert answers_of({"answers": 1999}) == ["1999"]  # whole numbers: the strings they spell
+    assert answers_of({"answers": [1999, "MCMXCIX"]}) == ["1999", "MCMXCIX"]
+    for answers, message in [
+        ({"text": ["Paris"], "answer_start": [0]}, "received a dict with keys ['answer_start', 'text'] (SQuAD's layout"),
+        ([1.5], 'received [1.5]: write a number as the documents spell it, as a string ("answers": ["1.50"])'),
+        (["a", None], "received ['a', None] (holding null)"),
+        (True, "received True (holding bool)"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(f"expected 'answers' to be a list of strings (or one string), "
+                                                       f"{message}")):  # fmt: skip
+            answers_of({"question": "q?", "answers": answers})
     with pytest.raises(ValueError, match=r"expected a row with 'answers' or 'answer', received keys \['question'\]"):
         OpenQACollator(tokenizer)([{"question": "no answer?"}])
     with pytest.raises(ValueError, match="non-empty 'question' string, received"):
         OpenQACollator(tokenizer)([{"query": "x", "answers": ["y"]}])
+    with pytest.raises(ValueError, match="non-empty 'question' string, received 'question': ''"):
+        OpenQACollator(tokenizer)([{"question": "", "answers": ["y"]}])
     assert "answer_ids" not in OpenQACollator(tokenizer, with_answers=False)([{"question": "Who?"}])
 
 
@@ -356,6 +370,7 @@ def test_cli_train_handles_what_users_hand_it(demo_dir, tmp_path, capsys):
     assert main(["train", *common, "--max-steps", "3"]) == 0
     error = capsys.readouterr().err
     assert "checkpoint-7 was not written whole" in error and not (out / "checkpoint-7").exists()
+    assert f"note: resuming from {out / 'checkpoint-2'} (step 2 of 3); --no-resume starts afresh" in error
     assert json.loads((out / "train_results.json").read_text())["global_step"] == 3
     assert not (out / "calibration.json").exists() and (out / "calibration.previous.json").read_text() == "{}"
 

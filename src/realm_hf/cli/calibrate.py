@@ -60,6 +60,10 @@ def cmd_calibrate(args) -> int:
         questions, answers, _ = read_questions(args.data, unanswerable=True)
     except (OSError, ValueError) as error:
         raise InputError(f"could not read {args.data!r}: {error}") from None
+    if not any(answers):
+        raise InputError(f"{args.data}: all {len(questions)} questions have \"answers\": [] (unanswerable); expected "
+                         "questions with answers among them too: the confidence is fitted on right and wrong answers, "
+                         "the unanswerable ones set how far to abstain")  # fmt: skip
     with without_weight_loading_bar():
         model, retriever = load_open_qa(model_dir, args.index)
     open_qa = pipeline("open-qa", model=model, tokenizer=retriever.tokenizer, retriever=retriever, device="cpu")

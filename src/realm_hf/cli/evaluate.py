@@ -27,41 +27,75 @@ def read_questions(
     path: str | Path, limit: int | None = None, unanswerable: bool = False
 ) -> tuple[list[str], list[list[str]], list | None]:
     """Reads `(questions, answers, relations)` from a JSONL file; `relations` is `None` when no row has one. Questions
-    with `"answers": []` are kept with `unanswerable`, else left out with a note."""
-    if Path(path).suffix.lower() in (".csv", ".tsv", ".parquet", ".txt"):
+    with `"answers": []` are kept with `unanswerable`, else left out with a note. A row that cannot be read (not JSON,
+    not UTF-8, no question, answers that are not strings) raises a `ValueError` naming its line."""
+    from realm_hf.errors import FileFormatError, MissingFileError
+    from realm_hf.training.finetune import answers_of
+
+    location = Path(path)
+    if location.suffix.lower() in (".csv", ".tsv", ".parquet", ".txt"):
         raise ValueError(f"expected a JSON Lines file of {{\"question\": ..., \"answers\": [...]}} rows, one per line; "
-                         f"got a {Path(path).suffix} file")  # fmt: skip
+                         f"got a {location.suffix} file")  # fmt: skip
+    if location.is_dir():
+        raise ValueError(f"{path} is a directory; expected a JSON Lines file of questions")
+    if not location.exists():
+        raise MissingFileError(f"no such file (expected a JSON Lines file of {EXAMPLE_ROW} rows, one per line)")
+    data = location.read_bytes()
+    if not data.strip():
+        raise FileFormatError(f"{path} is empty: expected one question per line, e.g. {EXAMPLE_ROW}", path=path)
     questions, answers, relations = [], [], []
     left_out = 0
-    with open(path, encoding="utf-8") as file:
-        for line_number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            if limit is not None and len(questions) >= limit:
-                break
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"line {line_number}: expected JSON Lines (one JSON object per line): {error}"
-                ) from None
-            references = row.get("answers", row.get("answer")) if isinstance(row, dict) else None
-            if not isinstance(row, dict) or not isinstance(row.get("question"), str) or references is None:
-                found = f"keys {sorted(row)}" if isinstance(row, dict) else type(row).__name__
-                raise ValueError(f"line {line_number}: expected a 'question' string and 'answers' (or 'answer'), got "
-                                 f"{found}.")  # fmt: skip
-            if not references and not unanswerable:  # "answers": [], an unanswerable question: no answer to match
-                left_out += 1
-                continue
-            questions.append(row["question"])
-            answers.append([references] if isinstance(references, str) else [str(answer) for answer in references])
-            relations.append(row.get("relation"))
+    offset = 0
+    for line_number, raw in enumerate(data.splitlines(keepends=True), start=1):
+        start, offset = offset, offset + len(raw)
+        try:
+            line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a byte order mark (Notepad) is dropped
+        except UnicodeDecodeError as error:
+            raise FileFormatError(f"line {line_number}: expected UTF-8 text, received byte 0x{raw[error.start]:02x} "
+                                  f"at byte offset {start + error.start} (save the file as UTF-8)", path=path,
+                                  location=f"line {line_number}") from None  # fmt: skip
+        if not line.strip():
+            continue
+        if limit is not None and len(questions) >= limit:
+            break
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"line {line_number}: expected JSON Lines (one JSON object per line): {error}") from None
+        references = row.get("answers", row.get("answer")) if isinstance(row, dict) else None
+        if not isinstance(row, dict) or "question" not in row or references is None:
+            found = f"keys {sorted(row)}" if isinstance(row, dict) else _json_kind(row)
+            raise ValueError(f"line {line_number}: expected a 'question' string and 'answers' (or 'answer'), got "
+                             f"{found}.")  # fmt: skip
+        if not isinstance(row["question"], str) or not row["question"].strip():
+            raise FileFormatError(f"line {line_number}: expected a non-empty 'question' string, received "
+                                  f"{row['question']!r}", path=path, location=f"line {line_number}")  # fmt: skip
+        try:
+            references = answers_of(row)
+        except ValueError as error:
+            raise FileFormatError(f"line {line_number}: {error}", path=path, location=f"line {line_number}") from None
+        if not references and not unanswerable:  # "answers": [], an unanswerable question: no answer to match
+            left_out += 1
+            continue
+        questions.append(row["question"])
+        answers.append(references)
+        relations.append(row.get("relation"))
     if left_out:
         print(f"note: {left_out} question(s) of {path} without answers left out: exact match needs an answer "
               "(`realm-hf calibrate --data` counts them)", file=sys.stderr)  # fmt: skip
     if not questions:
         raise ValueError(f"{path} holds no questions with answers.")
     return questions, answers, relations if any(relation is not None for relation in relations) else None
+
+
+EXAMPLE_ROW = '{"question": "Who founded Acme?", "answers": ["Margaret Holt"]}'
+
+
+def _json_kind(value) -> str:
+    """How a JSON value that is not an object is named in a message."""
+    if isinstance(value, list):
+        return "a JSON array; write one JSON object per line (JSON Lines), not a list"
+    return type(value).__name__
 
 
 def _parse_ks(value: str) -> list[int]:

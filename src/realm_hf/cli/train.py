@@ -67,6 +67,8 @@ def _load_rows(path: str | None, dataset: str | None, split: str):
     if location.stat().st_size == 0:
         raise ValueError(f"{path} is empty: expected one question per line, e.g. "
                          '{"question": "Who founded Acme?", "answers": ["Margaret Holt"]}')  # fmt: skip
+    if kind != "parquet":
+        _check_utf8(location)
     try:
         rows = datasets.load_dataset(kind, data_files=str(location), split="train")
     except Exception as error:  # noqa: BLE001 (datasets and pyarrow raise many kinds for a file that is not the format)
@@ -75,7 +77,52 @@ def _load_rows(path: str | None, dataset: str | None, split: str):
                          "Check that it is UTF-8 and holds what its extension says.") from error  # fmt: skip
     if "question" not in rows.column_names or not {"answers", "answer"} & set(rows.column_names):
         raise ValueError(f"{path}: expected columns 'question' and 'answers' (or 'answer'), got {rows.column_names}.")
+    _check_rows(rows, location)
     return _answerable(rows, path)
+
+
+def _check_utf8(location: Path) -> None:
+    """A question file that is not UTF-8 is named with the line and byte, before `datasets` reads it (which names
+    neither the file nor the line)."""
+    from realm_hf.errors import FileFormatError
+
+    data = location.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise FileFormatError(f"{location} line {line}: expected UTF-8 text, received byte 0x{data[error.start]:02x} "
+                              f"at byte offset {error.start} (save the file as UTF-8)", path=location,
+                              location=f"line {line}") from None  # fmt: skip
+
+
+def _check_rows(rows, location: Path) -> None:
+    """Every row has a non-empty question and answers the training can read (strings, or whole numbers), checked
+    before the model loads; the first that has not is named by its line (JSON Lines) or row."""
+    from realm_hf.errors import FileFormatError
+    from realm_hf.training.finetune import answers_of
+
+    lines = []
+    if location.suffix == ".jsonl":
+        lines = [number for number, line in enumerate(location.read_bytes().splitlines(), start=1) if line.strip()]
+
+    def where(index: int) -> str:
+        return f"line {lines[index]}" if len(lines) == len(rows) else f"row {index + 1}"
+
+    for index, row in enumerate(rows):
+        question = row.get("question")
+        if not isinstance(question, str) or not question.strip():
+            raise FileFormatError(f"{location} {where(index)}: expected a non-empty 'question' string, received "
+                                  f"{question!r}", path=location, location=where(index))  # fmt: skip
+        try:
+            answers_of(row)
+        except ValueError as error:
+            if {"answers", "answer"} & {key for key, value in row.items() if value is not None}:
+                raise FileFormatError(f"{location} {where(index)}: {error}", path=location,
+                                      location=where(index)) from None  # fmt: skip
+            raise FileFormatError(f"{location} {where(index)}: expected 'answers' (a list of strings, [] for an "
+                                  "unanswerable question), received null or no 'answers'", path=location,
+                                  location=where(index)) from None  # fmt: skip
 
 
 _KIND_NAMES = {"json": "JSON lines (or a JSON array)", "csv": "CSV", "parquet": "Parquet"}
@@ -182,11 +229,7 @@ def cmd_train(args) -> int:
 
         args.index = str(check_index(args.index, "--index"))  # a missing, unfinished or damaged index, named at once
     output = Path(args.output_dir)
-    if Path(args.model).is_dir() and output.resolve() == Path(args.model).resolve():
-        from realm_hf.errors import UsageError
-
-        raise UsageError(f"--output-dir {args.output_dir} is the model you start from (--model): training would "
-                         "overwrite it; expected another directory, e.g. --output-dir my-model")  # fmt: skip
+    _check_output_dir(output, args)
     try:
         train_rows = _load_rows(args.train_file, args.dataset, args.train_split)
         dev_rows = None
@@ -246,6 +289,9 @@ def cmd_train(args) -> int:
         data_collator=OpenQACollator(tokenizer, max_question_length=args.max_question_length),
     )  # fmt: skip
     checkpoint = None if args.no_resume else _last_whole_checkpoint(output)
+    if checkpoint is not None and training_args.process_index == 0:
+        print(f"note: resuming from {checkpoint} (step {checkpoint.name.split('-')[-1]} of {max_steps}); "
+              "--no-resume starts afresh", file=sys.stderr)  # fmt: skip
     if checkpoint is None and training_args.process_index == 0:
         output.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(output / RUN_KEY_FILE, json.dumps(run_key, indent=2).encode("utf-8"))
@@ -275,6 +321,26 @@ def cmd_train(args) -> int:
 
 BLOCKS_KEY_FILE = "blocks.json"
 RUN_KEY_FILE = "run.json"
+
+
+def _check_output_dir(output: Path, args) -> None:
+    """`--output-dir` is a directory training may write in: not the model it starts from, not an index (the model's
+    files would mix with the index's), not a file. Checked before anything is read."""
+    from realm_hf.errors import UsageError
+    from realm_hf.loading import INDEX_MANIFEST
+
+    if Path(args.model).is_dir() and output.resolve() == Path(args.model).resolve():
+        raise UsageError(f"--output-dir {args.output_dir} is the model you start from (--model): training would "
+                         "overwrite it; expected another directory, e.g. --output-dir my-model")  # fmt: skip
+    if output.is_file() or (output.exists() and not output.is_dir()):
+        raise UsageError(f"--output-dir {args.output_dir} is a file; expected a directory to write the checkpoints "
+                         "and the trained model in (a new one, e.g. --output-dir my-model)")  # fmt: skip
+    if (output / INDEX_MANIFEST).is_file():
+        same = args.index is not None and output.resolve() == Path(args.index).resolve()
+        what = "the index you train over (--index)" if same else "an index"
+        raise UsageError(f"--output-dir {args.output_dir} is {what} (it holds {INDEX_MANIFEST}): training would write "
+                         "the model's files among the index's; expected another directory, e.g. --output-dir "
+                         "my-model")  # fmt: skip
 
 
 def _run_key(args) -> dict:

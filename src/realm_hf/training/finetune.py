@@ -43,16 +43,37 @@ UNUSED_MODULES = ("embedder.cls.predictions", "reader.cls", "reader.realm.pooler
 
 
 def answers_of(row: Mapping[str, Any]) -> list[str]:
-    """The gold answers of a row: `row["answers"]` (a list, or one string) or `row["answer"]`."""
+    """The gold answers of a row: `row["answers"]` (a list, or one string) or `row["answer"]`. Whole numbers
+    (`"answers": [1999]`) are read as the strings they spell; anything else that is not a string (a dict, a decimal
+    number, `null` in the list) raises a `ValueError` saying what was expected and what was received."""
     for key in ("answers", "answer"):
         # A table with both columns (datasets fills the missing one with None) holds the answers in either.
         if row.get(key) is not None:
             value = row[key]
-            answers = [value] if isinstance(value, str) else list(value)
-            if not all(isinstance(answer, str) for answer in answers):
-                raise ValueError(f"expected {key!r} to hold strings, received {value!r}.")
-            return answers
+            answers = list(value) if isinstance(value, list | tuple) else [value]
+            if isinstance(value, Mapping) or not all(_is_answer(answer) for answer in answers):
+                raise ValueError(_not_answers_message(key, value))
+            return [answer if isinstance(answer, str) else str(answer) for answer in answers]
     raise ValueError(f"expected a row with 'answers' or 'answer', received keys {sorted(row)}.")
+
+
+def _is_answer(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _not_answers_message(key: str, value: Any) -> str:
+    expected = f"expected {key!r} to be a list of strings (or one string)"
+    if isinstance(value, Mapping):
+        hint = (" (SQuAD's layout: give the answer texts themselves, \"answers\": [\"...\"])" if "text" in value
+                else "")  # fmt: skip
+        return f"{expected}, received a dict with keys {sorted(value)}{hint}."
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    items = value if isinstance(value, list | tuple) else [value]
+    if any(isinstance(item, float) for item in items):
+        return (f"{expected}, received {shown}: write a number as the documents spell it, as a string "
+                '("answers": ["1.50"]).')  # fmt: skip
+    kinds = sorted({"null" if item is None else type(item).__name__ for item in items if not _is_answer(item)})
+    return f"{expected}, received {shown} (holding {', '.join(kinds)})."
 
 
 @dataclass
@@ -79,7 +100,10 @@ class OpenQACollator:
         for row in rows:
             question = row.get("question") if isinstance(row, Mapping) else None
             if not isinstance(question, str) or not question.strip():
-                received = sorted(row) if isinstance(row, Mapping) else type(row).__name__
+                if isinstance(row, Mapping) and "question" in row:
+                    received = f"'question': {question!r}"
+                else:
+                    received = f"keys {sorted(row)}" if isinstance(row, Mapping) else type(row).__name__
                 raise ValueError(f"expected rows with a non-empty 'question' string, received {received}.")
             questions.append(question)
         batch = dict(self.tokenizer(questions, truncation=True, max_length=self.max_question_length, padding=True,
