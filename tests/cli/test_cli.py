@@ -316,3 +316,24 @@ def test_control_characters_from_documents_print_as_escapes():
     from realm_hf.cli.main import _printable
 
     assert _printable("bell\x07 nul\x00 del\x7f tab\tline\nend") == "bell\\x07 nul\\x00 del\\x7f tab\tline end"
+
+
+@pytest.mark.parametrize(
+    ("module", "command", "argv", "again"),
+    [
+        ("evaluate", "cmd_evaluate", ["evaluate", "--data", "questions.jsonl"], "start over"),
+        ("train", "cmd_train", ["train", "--model", "m", "--train-file", "t.jsonl", "--output-dir", "o"],
+         "resume where it stopped"),
+    ],
+)  # fmt: skip
+def test_an_interrupted_command_says_whether_a_rerun_resumes(monkeypatch, capsys, module, command, argv, again):
+    import importlib
+
+    from realm_hf.cli import main as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(f"realm_hf.cli.{module}"), command, interrupted)
+    assert cli.main(argv) == 130
+    assert f"interrupted; run the same command again to {again}" in capsys.readouterr().err

@@ -483,7 +483,7 @@ def add_parser(subparsers) -> None:
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device_argument(build, "embedding", "auto")
     add_precision_argument(build, "embedding")
-    build.set_defaults(func=cmd_build)
+    build.set_defaults(func=cmd_build, resumable=True)
 
     add = commands.add_parser("add", help="embed new documents and append them (existing ids never change)")
     add.add_argument("--index", required=True, help="an index directory made by `index build`")

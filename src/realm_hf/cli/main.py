@@ -377,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parses `argv` (before any heavy import: `--help` and usage errors answer at once), then runs the command.
 
     A failure ends with one line on stderr, `realm-hf COMMAND: error: ...`, and exit code 2 (usage) or 1 (anything
-    else); Ctrl-C or SIGINT ends with one line saying the run can be resumed, and exit code 130. `--debug` or
-    `REALM_HF_DEBUG=1` lets the exception through with its traceback instead.
+    else); Ctrl-C or SIGINT ends with one line saying whether a rerun resumes (train, pretrain, index build) or starts
+    over, and exit code 130. `--debug` or `REALM_HF_DEBUG=1` lets the exception through with its traceback instead.
     """
     parser = build_parser()
     args = parse_command_line(parser, argv)
@@ -402,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         if _debugging(args):
             raise
-        print(f"{prog}: interrupted; run the same command again to resume where it stopped", file=sys.stderr)
+        # train, pretrain and index build pick up where they stopped; the others start over
+        again = "resume where it stopped" if getattr(args, "resumable", False) else "start over"
+        print(f"{prog}: interrupted; run the same command again to {again}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as error:
         if _debugging(args):

@@ -262,4 +262,4 @@ def add_parser(subparsers) -> None:
     pretrain.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
     pretrain.add_argument("--quiet", action="store_true", help="no progress bars")
     add_trainer_flags(pretrain, required=("max_steps",))
-    pretrain.set_defaults(func=cmd_pretrain)
+    pretrain.set_defaults(func=cmd_pretrain, resumable=True)

@@ -517,4 +517,4 @@ def add_parser(subparsers) -> None:
     train.add_argument("--no-resume", action="store_true", help="start afresh even if OUTPUT holds checkpoints")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     add_trainer_flags(train)
-    train.set_defaults(func=cmd_train)
+    train.set_defaults(func=cmd_train, resumable=True)
