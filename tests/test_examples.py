@@ -131,6 +131,47 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
     assert shipped["metadata"]["max_correct_abstained"] == 0.08
 
 
+def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_questions_replayed(tmp_path, monkeypatch):
+    """`build_default_model.py --stages documents`: the training documents are added to the model's index, and the
+    model trains one epoch on the 360 answerable document questions with 40 of each encyclopedic source's."""
+    import importlib.util
+
+    import realm_hf.cli.main
+    import realm_hf.modeling
+
+    spec = importlib.util.spec_from_file_location("build_default_model", ROOT / "examples" / "build_default_model.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    work, model = tmp_path / "work", tmp_path / "model"
+    (work / "corpus").mkdir(parents=True)
+    (model / "index").mkdir(parents=True)
+    (model / "index" / "index.json").write_text('{"num_blocks": 3}')
+    for source in build.REPLAY_SOURCES:
+        rows = [{"question": f"{source} question {n}?", "answers": [f"answer {n}"]} for n in range(50)]
+        build._write_jsonl(work / "question_sources" / f"{source}.train.jsonl", rows)
+    commands = []
+    monkeypatch.setattr(realm_hf.cli.main, "main", lambda argv: commands.append(argv) or 0)
+
+    class Trained(Exception):
+        pass
+
+    def trained(*args, **kwargs):
+        raise Trained
+
+    monkeypatch.setattr(realm_hf.modeling.RealmForOpenQA, "from_pretrained", trained)
+    with pytest.raises(Trained):  # where the stage would load the trained model to write its weights
+        build.main(["--work-dir", str(work), "--output-dir", str(model), "--stages", "documents"])
+    add, train = commands
+    assert add[:2] == ["index", "add"] and len(list((work / "documents" / "corpus").iterdir())) == 40
+    options = " ".join(train)
+    assert f"--model {model} --index {work / 'documents' / 'index'}" in options
+    assert "--num-epochs 1" in options and "--learning-rate 2e-05" in options and "--freeze-word-embeddings" in options
+    rows = [json.loads(line) for line in (work / "documents" / "train.jsonl").read_text().splitlines()]
+    counts = {source: sum(row["source"] == source for row in rows) for source in {row["source"] for row in rows}}
+    assert counts == {**{f"documents_{name}": 90 for name in build.DOCUMENT_SETS},
+                      **{source: 40 for source in build.REPLAY_SOURCES}}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("name", "unanswerable", "splits"),
     [
