@@ -133,7 +133,7 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
 
 def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_questions_replayed(tmp_path, monkeypatch):
     """`build_default_model.py --stages documents`: the training documents are added to the model's index, and the
-    model trains one epoch on the 360 answerable document questions with 40 of each encyclopedic source's."""
+    model trains one epoch on the 360 answerable document questions with 100 of each encyclopedic source's."""
     import importlib.util
 
     import realm_hf.cli.main
@@ -147,7 +147,7 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
     (model / "index").mkdir(parents=True)
     (model / "index" / "index.json").write_text('{"num_blocks": 3}')
     for source in build.REPLAY_SOURCES:
-        rows = [{"question": f"{source} question {n}?", "answers": [f"answer {n}"]} for n in range(50)]
+        rows = [{"question": f"{source} question {n}?", "answers": [f"answer {n}"]} for n in range(120)]
         build._write_jsonl(work / "question_sources" / f"{source}.train.jsonl", rows)
     commands = []
     monkeypatch.setattr(realm_hf.cli.main, "main", lambda argv: commands.append(argv) or 0)
@@ -169,7 +169,7 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
     rows = [json.loads(line) for line in (work / "documents" / "train.jsonl").read_text().splitlines()]
     counts = {source: sum(row["source"] == source for row in rows) for source in {row["source"] for row in rows}}
     assert counts == {**{f"documents_{name}": 90 for name in build.DOCUMENT_SETS},
-                      **{source: 40 for source in build.REPLAY_SOURCES}}  # fmt: skip
+                      **{source: 100 for source in build.REPLAY_SOURCES}}  # fmt: skip
 
 
 @pytest.mark.parametrize(
