@@ -1171,8 +1171,8 @@ def number_spans(
         after_code = torch.nn.functional.pad(hyphens[..., 1:-1] & letters[..., :-2], (2, 0))  # (B, R, L)
         numbers &= ~after_code
     if signed_ids is not None:
-        signs, continued_digits = (torch.isin(reader_ids, ids.to(device)) for ids in signed_ids)
-        numbers |= continued_digits & torch.nn.functional.pad(signs[..., :-1], (1, 0))
+        signs, continued_digits = signed_ids
+        numbers |= torch.isin(reader_ids, continued_digits.to(device)) & _preceded(reader_ids, signs)
     return _count_in_spans(numbers, starts, ends) > 0
 
 
@@ -1187,6 +1187,12 @@ def _continued(reader_ids: torch.Tensor, continuation_ids: torch.Tensor) -> torc
     """`(B, R, L)`: whether the next wordpiece continues the word ("ten" before "##uous"); `False` at the end."""
     following = torch.isin(reader_ids[..., 1:], continuation_ids.to(reader_ids.device))
     return torch.nn.functional.pad(following, (0, 1))
+
+
+def _preceded(reader_ids: torch.Tensor, ids: torch.Tensor) -> torch.BoolTensor:
+    """`(B, R, L)`: whether the wordpiece before is among `ids` (the "€" before "##45"); `False` at the start."""
+    preceding = torch.isin(reader_ids[..., :-1], ids.to(reader_ids.device))
+    return torch.nn.functional.pad(preceding, (1, 0))
 
 
 def unit_spans(
@@ -1237,8 +1243,7 @@ def amount_spans(
     starts_with_number = torch.isin(first, number)
     ends_with_unit = torch.isin(last, unit_ids.to(device))
     if colon_ids is not None:  # "10:30": digits after a colon
-        after_colon = torch.nn.functional.pad(torch.isin(reader_ids[..., :-1], colon_ids.to(device)), (1, 0))
-        ends_with_unit |= (torch.isin(reader_ids, number) & after_colon)[..., ends]
+        ends_with_unit |= (torch.isin(reader_ids, number) & _preceded(reader_ids, colon_ids))[..., ends]
     signed = torch.cat([number, digit_continuation_ids.to(device)]) if digit_continuation_ids is not None else number
     amount = (starts_with_number & ends_with_unit) | (
         torch.isin(first, money_ids.to(device)) & torch.isin(last, signed)
@@ -1339,9 +1344,8 @@ def cross_sentence_spans(
     if starts.numel() == 0 or end_ids.numel() == 0:
         return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
     marks = torch.isin(reader_ids, end_ids.to(device))
-    before = torch.nn.functional.pad(torch.isin(reader_ids[..., :-1], abbreviation_ids.to(device)), (1, 0))
-    after = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], digit_ids.to(device)), (0, 1))
-    boundaries = marks & ~before & ~after  # (B, R, L)
+    # not after an abbreviation ("St."), not before digits ("5.50")
+    boundaries = marks & ~_preceded(reader_ids, abbreviation_ids) & ~_continued(reader_ids, digit_ids)  # (B, R, L)
     # a boundary among the span's wordpieces before its last: positions starts..ends-1
     return _count_in_spans(boundaries, starts, ends - 1) > 0
 
