@@ -56,6 +56,21 @@ class ModelLoadError(RealmHfError, OSError):
     """A model could not be loaded from the directory or Hub repo id given; the message says why."""
 
 
+def not_utf8_error(
+    name: str | None, data: bytes, position: int, *, offset: int = 0, line: int | None = None, path=None,
+    hint: str = " (save the file as UTF-8)",
+) -> FileFormatError:  # fmt: skip
+    """The error for bytes that are not UTF-8, worded alike wherever they are read: "notes.jsonl line 2: expected UTF-8
+    text, received byte 0xe9 at byte offset 54 (save the file as UTF-8)". `data[position]` is the first bad byte;
+    `offset` is where `data` starts in the file, and `line` the line `data` starts on (counted in `data` when not
+    given: `data` is the whole file)."""
+    if line is None:
+        line = data.count(b"\n", 0, position) + 1
+    where = f"{name} line {line}" if name else f"line {line}"
+    return FileFormatError(f"{where}: expected UTF-8 text, received byte 0x{data[position]:02x} at byte offset "
+                           f"{offset + position}{hint}", path=path, location=f"line {line}")  # fmt: skip
+
+
 __all__ = [
     "FileFormatError",
     "IndexMismatchError",
@@ -65,4 +80,5 @@ __all__ = [
     "ModelLoadError",
     "RealmHfError",
     "UsageError",
+    "not_utf8_error",
 ]

@@ -292,7 +292,7 @@ CLI_CASES = [
     ("build-json-array-item", ["index", "build", "--model", "{demo}", "--corpus", "{in}/array.json", "--output",
                                "{out}"], None, 1, "array.json: array item 1 has no text"),
     ("build-latin1-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/latin1.txt", "--output", "{out}"],
-     None, 1, "latin1.txt: expected UTF-8 text, received a byte that is not UTF-8 at byte offset 26"),
+     None, 1, "latin1.txt line 3: expected UTF-8 text, received byte 0xe9 at byte offset 26 (save the file as UTF-8)"),
     ("build-text-without-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/blank.md", "--output",
                                  "{out}"], None, 1, "blank.md': expected text, found only blank lines"),
     ("build-directory-of-rows", ["index", "build", "--model", "{demo}", "--corpus", "{in}/mixed", "--output",

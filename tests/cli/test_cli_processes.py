@@ -73,7 +73,7 @@ def test_stdin_bytes_that_are_not_utf8_name_the_offset(demo_dir):
     err = result.stderr.decode()
     assert result.returncode == 1, err[-2000:]
     assert err.strip().splitlines()[-1] == (
-        "realm-hf ask: error: standard input: expected UTF-8 text, received byte 0xe9 at byte offset 29"
+        "realm-hf ask: error: standard input line 2: expected UTF-8 text, received byte 0xe9 at byte offset 29"
     )
     assert "Traceback" not in err and result.stdout == b""
 

@@ -8,6 +8,7 @@ import pytest
 from realm_hf.cli import index as cli_index
 from realm_hf.cli.main import main
 from realm_hf.demo import ensure_demo_model
+from realm_hf.errors import FileFormatError
 from realm_hf.retrieval import passages
 from realm_hf.retrieval.document_store import DocumentStore
 
@@ -60,6 +61,18 @@ def test_text_and_markdown_files_become_titled_paragraphs(tmp_path):
         ("manual: Descaling", "Every 4 weeks."),
     ]
     assert documents[0]["source"] == str(tmp_path / "warranty_terms.txt")
+
+
+def test_text_files_saved_with_a_byte_order_mark_read_alike_and_bad_bytes_are_named(tmp_path):
+    (tmp_path / "notepad.md").write_bytes(b"\xef\xbb\xbf# Opening hours\n\nOpen from 9:00.\n")
+    assert [(d["title"], d["text"]) for d in passages.read_text_files([tmp_path / "notepad.md"])] == [
+        ("notepad: Opening hours", "Open from 9:00.")
+    ]
+    (tmp_path / "latin1.txt").write_bytes(b"Open daily.\n\nCaf\xe9 closed.\n")
+    with pytest.raises(FileFormatError, match=r"latin1.txt line 3: expected UTF-8 text, received byte 0xe9 at byte "
+                                              r"offset 16 \(save the file as UTF-8\)") as raised:  # fmt: skip
+        passages.read_text_files([tmp_path / "latin1.txt"])
+    assert raised.value.location == "line 3" and raised.value.path == str(tmp_path / "latin1.txt")
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ def read_questions(
     """Reads `(questions, answers, relations)` from a JSONL file; `relations` is `None` when no row has one. Questions
     with `"answers": []` are kept with `unanswerable`, else left out with a note. A row that cannot be read (not JSON,
     not UTF-8, no question, answers that are not strings) raises a `ValueError` naming its line."""
-    from realm_hf.errors import FileFormatError, MissingFileError
+    from realm_hf.errors import FileFormatError, MissingFileError, not_utf8_error
     from realm_hf.training.finetune import answers_of
 
     location = Path(path)
@@ -51,9 +51,7 @@ def read_questions(
         try:
             line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a byte order mark (Notepad) is dropped
         except UnicodeDecodeError as error:
-            raise FileFormatError(f"line {line_number}: expected UTF-8 text, received byte 0x{raw[error.start]:02x} "
-                                  f"at byte offset {start + error.start} (save the file as UTF-8)", path=path,
-                                  location=f"line {line_number}") from None  # fmt: skip
+            raise not_utf8_error(None, raw, error.start, offset=start, line=line_number, path=path) from None
         if not line.strip():
             continue
         if limit is not None and len(questions) >= limit:

@@ -187,14 +187,13 @@ def read_questions(stream) -> list[str]:
     """Questions from a text stream (standard input), one per line, blank lines skipped. Bytes that are not UTF-8
     raise `FileFormatError` naming the byte offset; a stream without a question raises `UsageError` saying whether
     it was empty or blank."""
-    from realm_hf.errors import FileFormatError, UsageError
+    from realm_hf.errors import UsageError, not_utf8_error
 
     data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode("utf-8", "surrogateescape")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise FileFormatError(f"standard input: expected UTF-8 text, received byte 0x{data[error.start]:02x} at byte "
-                              f"offset {error.start}", path="<stdin>", location=f"byte {error.start}") from None  # fmt: skip
+        raise not_utf8_error("standard input", data, error.start, path="<stdin>", hint="") from None
     questions = [line.strip() for line in text.splitlines() if line.strip()]
     if not questions:
         received = "only blank lines" if text else "nothing (empty input)"

@@ -84,16 +84,13 @@ def _load_rows(path: str | None, dataset: str | None, split: str):
 def _check_utf8(location: Path) -> None:
     """A question file that is not UTF-8 is named with the line and byte, before `datasets` reads it (which names
     neither the file nor the line)."""
-    from realm_hf.errors import FileFormatError
+    from realm_hf.errors import not_utf8_error
 
     data = location.read_bytes()
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise FileFormatError(f"{location} line {line}: expected UTF-8 text, received byte 0x{data[error.start]:02x} "
-                              f"at byte offset {error.start} (save the file as UTF-8)", path=location,
-                              location=f"line {line}") from None  # fmt: skip
+        raise not_utf8_error(str(location), data, error.start, path=location) from None
 
 
 def _check_rows(rows, location: Path) -> None:

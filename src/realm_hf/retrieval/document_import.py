@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from transformers.utils import logging
 
-from ..errors import FileFormatError, MissingColumnError
+from ..errors import FileFormatError, MissingColumnError, not_utf8_error
 
 logger = logging.get_logger(__name__)
 
@@ -325,11 +325,8 @@ def read_jsonl(path: Path, source_name: str, position: dict | None = None) -> It
             try:
                 line = raw_line.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise FileFormatError(
-                    f"{source_name} line {line_number}: expected UTF-8 text, received byte 0x{raw_line[error.start]:02x} "
-                    f"at byte offset {offset + error.start}",
-                    path=path, location=f"byte {offset + error.start}",
-                ) from None  # fmt: skip
+                raise not_utf8_error(source_name, raw_line, error.start, offset=offset, line=line_number,
+                                     path=path) from None  # fmt: skip
             offset += len(raw_line)
             if not line.strip():
                 continue

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import FileFormatError
+from ..errors import not_utf8_error
 
 __all__ = [
     "DEFAULT_MAX_WORDS",
@@ -143,14 +143,11 @@ def drop_empty_documents(store, cache_dir: str | os.PathLike | None = None):
 
 def _paragraph_documents(path: Path, title: str) -> Iterator[dict[str, str]]:
     markdown = path.suffix.lower() in (".md", ".markdown")
+    data = path.read_bytes()
     try:
-        content = path.read_text(encoding="utf-8-sig")
+        content = data.decode("utf-8").removeprefix("\ufeff")  # a byte order mark (Notepad) is dropped
     except UnicodeDecodeError as error:
-        raise FileFormatError(
-            f"{path}: expected UTF-8 text, received a byte that is not UTF-8 at byte offset {error.start} (save the "
-            "file as UTF-8)",
-            path=path,
-        ) from error
+        raise not_utf8_error(str(path), data, error.start, path=path) from None
     heading = None
 
     def document(lines: list[str]) -> dict[str, str]:
