@@ -720,10 +720,12 @@ def test_asks_for_a_number(question, asks):
      ("What do you charge for standard delivery?", ("money",)), ("How much did they pay for the glassworks?", ("money",)),
      ("What percentage of my salary goes into the pension?", ("percent",)), ("What time does the bus leave?", ("clock",)),
      ("Until when is lunch served?", ("clock",)), ("How late can I stay on a Friday?", ("clock",)),
+     ("How much is the junior membership?", ("money",)), ("How much are the tickets?", ("money",)),
      # a date, or words that name something rather than ask a price
      ("From when does the lamp cost 149 euros?", ()), ("In what year did the price rise?", ()),
      ("Who is in charge of support?", ()), ("What is the ability of a body to store an electrical charge?", ()),
-     ("What is the economic model of price determination?", ()), ("How many moons does Mars have?", ())],
+     ("What is the economic model of price determination?", ()), ("How many moons does Mars have?", ()),
+     ("How much of the land is forest?", ()), ("How many metres do I have to swim?", ())],
 )  # fmt: skip
 def test_asked_units(question, units):
     from realm_hf.pipelines.open_qa import asked_units, asks_for_a_number

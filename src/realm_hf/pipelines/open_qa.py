@@ -984,7 +984,10 @@ _ASKED_UNITS = [
     (re.compile(r"\bhow\s+much\b.*\b(?:costs?|prices?|pay|paid|spend|spent|charge[sd]?|fees?)\b"
                 r"|\b(?:do|does|did|will|would|should)\s+(?:\S+\s+){0,8}?cost\b"
                 r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:price|cost|fee|charge)s?\b"
-                r"|\b(?:do|does|did|will|you|they|we)\s+charge\b|\bcharge[sd]?\s+for\b", re.IGNORECASE), ("money",)),
+                r"|\b(?:do|does|did|will|you|they|we)\s+charge\b|\bcharge[sd]?\s+for\b"
+                # "How much is the junior membership?", "How much are the tickets?"
+                r"|\bhow\s+much\s+(?:is|are|was|were)\s+(?:a|an|the|my|our|your|one|it|this|that|these|those)\b",
+                re.IGNORECASE), ("money",)),
     (re.compile(r"\bpercent(?:age)?\b|\bwhat\s+share\b", re.IGNORECASE), ("percent",)),
 ]  # fmt: skip
 CURRENCY_SIGNS = frozenset("€$£¥")
@@ -1053,10 +1056,11 @@ def _unit_names(question: str) -> str:
 
 def asked_units(question: str) -> tuple[str, ...]:
     """The kinds of unit (keys of `UNIT_WORDS`) a question asks its number in, or `()`: "How long is the warranty?" ->
-    `("duration", "length")`, "How far ...?" -> `("length",)`, "What does the lamp cost?" -> `("money",)`, "What
-    percentage ...?" -> `("percent",)`, "What time ...?" -> `("clock",)` ("13:00", "9 am"); a date ("From when ...?")
-    none. Among the spans holding a number, one holding such a unit is the answer where
-    any is ("11 hours", not "2200" of "2200 mAh"; see [`unit_spans`])."""
+    `("duration", "length")`, "How far ...?" -> `("length",)`, "What does the lamp cost?" and "How much is the junior
+    membership?" -> `("money",)`, "What percentage ...?" -> `("percent",)`, "What time ...?" -> `("clock",)` ("13:00",
+    "9 am"); a date ("From when ...?") none. Among the spans holding a number, one holding such a unit is the answer
+    where any is ("11 hours", not "2200" of "2200 mAh"; see [`unit_spans`]). A count in a unit ("How many metres
+    ...?") is not asked in it: answers that say "100" are as right, and question sets write them so."""
     clock, *amounts = _ASKED_UNITS
     if clock[0].search(question):
         return clock[1]
