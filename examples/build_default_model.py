@@ -672,7 +672,7 @@ def best_arm(results: dict) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # 10b. people's questions over documents
 
-DOCUMENT_SETS = ("health", "study", "devices", "leisure")
+DOCUMENT_SETS = ("health", "study", "devices", "leisure", "home", "family", "admin", "community")
 REPLAY_SOURCES = ("quiz", "cloze", "title", "wh", "factbook_fields", "factbook")
 
 
