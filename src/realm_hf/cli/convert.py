@@ -2,10 +2,12 @@
 
 import argparse
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 
-from .arguments import refuse_to_overwrite
+from .arguments import check_writable_directory, positive_int, refuse_to_overwrite
 
 HELP = """\
 Reads TensorFlow checkpoints (tensor bundles: PREFIX.index + PREFIX.data-*) and TFRecord files directly: TensorFlow
@@ -31,32 +33,131 @@ other settings are Google's defaults (12 attention heads, gelu_new) unless --con
 
 def _load_config(path: str):
     from realm_hf import RealmConfig
+    from realm_hf.errors import FileFormatError, MissingFileError
 
     location = Path(path)
     if location.is_dir():
+        if not (location / "config.json").is_file():
+            raise MissingFileError(f"--config {path}: the directory holds no config.json; expected a REALM config.json "
+                                   "file or a directory holding one")  # fmt: skip
         return RealmConfig.from_pretrained(location)
+    if not location.exists():
+        raise MissingFileError(f"--config {path}: no such file (expected a REALM config.json file or a directory "
+                               "holding one)")  # fmt: skip
     try:
-        return RealmConfig(**json.loads(location.read_text(encoding="utf-8")))
+        fields = json.loads(location.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        raise ValueError(f"--config {path}: expected a REALM config.json (one JSON object), got invalid JSON: "
-                         f"{error}") from None  # fmt: skip
+        raise FileFormatError(f"--config {path}: expected a REALM config.json (one JSON object), got invalid JSON: "
+                              f"{error}", path=location) from None  # fmt: skip
+    except UnicodeDecodeError as error:
+        byte = f"0x{error.object[error.start]:02x}"
+        raise FileFormatError(f"--config {path}: expected a REALM config.json (UTF-8 text), received byte {byte} at "
+                              f"byte offset {error.start}", path=location) from None  # fmt: skip
+    if not isinstance(fields, dict):
+        raise FileFormatError(f"--config {path}: expected a REALM config.json (one JSON object), got a JSON "
+                              f"{type(fields).__name__}", path=location)  # fmt: skip
+    return RealmConfig(**fields)
+
+
+def _check_file(path: str | None, option: str, expected: str) -> None:
+    """Raises `MissingFileError` naming `option` unless `path` (when given) is a file."""
+    from realm_hf.errors import MissingFileError
+
+    if path is None or Path(path).is_file():
+        return
+    received = "is a directory" if Path(path).is_dir() else "no such file"
+    raise MissingFileError(f"{option} {path!r}: {received} (expected {expected})")
+
+
+def _check_inputs(args):
+    """Checks what `convert tf` reads before anything is written, and returns `(config, tokenizer)`: `--output` can be
+    written (a new or empty directory), `--config` and `--vocab` load, `--blocks` and `--titles` are files, and
+    `--checkpoint` and `--block-emb` are checkpoints (their index files read, not their data)."""
+    from realm_hf.conversion.tf_reader import TFCheckpointReader
+    from realm_hf.errors import InputError, UsageError
+
+    output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {args.output!r} is a file; expected a directory to write the converted model in "
+                         "(a new or empty one)")  # fmt: skip
+    refuse_to_overwrite(output)
+    check_writable_directory(output, "--output")
+    config = _load_config(args.config) if args.config else None
+    tokenizer = None
+    if args.vocab:
+        _check_file(args.vocab, "--vocab", "a WordPiece vocab.txt, one token per line")
+        from realm_hf import RealmTokenizer
+
+        try:
+            tokenizer = RealmTokenizer(vocab_file=args.vocab, do_lower_case=not args.cased)
+        except Exception as error:  # the tokenizers library raises a bare Exception
+            raise InputError(f"--vocab {args.vocab}: expected a WordPiece vocab.txt, one token per line; it could not "
+                             f"be read ({str(error).strip() or type(error).__name__})") from None  # fmt: skip
+    _check_file(args.blocks, "--blocks", "blocks.tfr, a TFRecord file of one UTF-8 block per record")
+    _check_file(args.titles, "--titles", "titles.tfr, a TFRecord file of one title per block")
+    for path in (args.checkpoint, args.block_emb):
+        if path:
+            TFCheckpointReader(path, verify_checksums=False)  # a missing or broken checkpoint says so, with its files
+    return config, tokenizer
 
 
 def cmd_tf(args) -> int:
-    from realm_hf.errors import FileFormatError, UsageError
+    from realm_hf.errors import FileFormatError, InputError, UsageError
 
     # Errors reach `realm-hf`'s one handler: one `realm-hf convert tf: error: ...` line, exit 2 for usage, else 1.
     if not (args.checkpoint or args.block_emb or args.blocks):
         raise UsageError("give at least one of --checkpoint, --block-emb, --blocks")
     if args.titles and not (args.blocks and args.block_emb):
         raise UsageError("--titles needs --blocks and --block-emb (titles live in the document store)")
+    config, tokenizer = _check_inputs(args)
+    # Everything is written in a hidden sibling, renamed to --output once complete: a failed or interrupted convert
+    # leaves no partial --output to refuse the corrected rerun (the sibling is removed, and one a killed run left is
+    # cleared by the next).
+    output = Path(args.output)
+    staging = output.absolute().parent / f".{output.absolute().name}.converting"
+    if output.is_dir():  # an empty --output was checked itself; the staging directory goes beside it
+        check_writable_directory(staging.parent, "--output's parent")
+    shutil.rmtree(staging, ignore_errors=True)
     try:
-        return _convert_tf(args)
+        written = _convert_tf(args, staging, config, tokenizer)
+        if output.is_dir():  # empty (refuse_to_overwrite let nothing else through), and perhaps the working directory
+            for entry in staging.iterdir():
+                entry.rename(output / entry.name)
+        else:
+            staging.rename(output)
     except KeyError as error:  # a variable the mapping expects is not in the checkpoint: the message says which
         raise FileFormatError(str(error).strip("'\"")) from error
+    except ValueError as error:
+        reworded = _in_command_line_terms(str(error))
+        if reworded == str(error):
+            raise
+        raise InputError(reworded) from error
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"wrote {', '.join(written)} to {output}")
+    return 0
 
 
-def _convert_tf(args) -> int:
+# The library's messages name its Python arguments; from the command line, the flags that set them.
+_COMMAND_LINE_TERMS = (
+    ("pass num_attention_heads (or a config) for this checkpoint",
+     "pass --config with a config.json that sets num_attention_heads (and the sizes) for this checkpoint"),
+    ("Pass strict=False to keep their random initialisation", "Pass --lenient to keep their random initialisation"),
+    ("(wrong model_type, or a checkpoint missing?)", "(wrong --model-type, or a checkpoint missing?)"),
+)  # fmt: skip
+
+
+def _in_command_line_terms(message: str) -> str:
+    """`message` with the Python arguments it names replaced by the command-line flags, and "1 weight(s)" by "1
+    weight" (or "2 weights")."""
+    for python, flags in _COMMAND_LINE_TERMS:
+        message = message.replace(python, flags)
+    return re.sub(r"\b(\d+) weight\(s\)", lambda found: f"{found[1]} weight" + ("" if found[1] == "1" else "s"),
+                  message)  # fmt: skip
+
+
+def _convert_tf(args, output: Path, config, tokenizer) -> list[str]:
+    """Converts what `args` name into `output` (created); returns what it wrote, for the summary line."""
     from realm_hf.conversion.tf_checkpoint import (
         convert_tf_block_emb,
         convert_tf_blocks,
@@ -67,18 +168,14 @@ def _convert_tf(args) -> int:
     from realm_hf.conversion.tf_reader import TFCheckpointReader
     from realm_hf.retrieval.index_builder import DOCUMENTS_DIR
 
-    output = Path(args.output)
-    refuse_to_overwrite(output)
-    output.mkdir(parents=True, exist_ok=True)
+    output.mkdir(parents=True)
     verify = not args.no_verify
     progress = not args.quiet
     written = []
     if args.checkpoint:
         with_index = args.block_emb is not None and args.model_type == "openqa"
         sources = [args.checkpoint] + ([args.block_emb] if with_index else [])
-        config = (
-            _load_config(args.config) if args.config else realm_config_from_tf_checkpoint(sources, args.model_type)
-        )
+        config = config or realm_config_from_tf_checkpoint(sources, args.model_type)
         if with_index:  # the model searches the index written below: its size is the index's
             config.num_block_records = TFCheckpointReader(args.block_emb, verify_checksums=False).shape("block_emb")[0]
         model = convert_tf_checkpoint(args.checkpoint, args.model_type, config=config, strict=not args.lenient,
@@ -104,13 +201,10 @@ def _convert_tf(args) -> int:
             path = convert_tf_blocks(args.blocks, output / "block_records.safetensors", verify_checksums=verify,
                                      progress=progress)  # fmt: skip
             written.append(path.name)
-    if args.vocab:
-        from realm_hf import RealmTokenizer
-
-        RealmTokenizer(vocab_file=args.vocab, do_lower_case=not args.cased).save_pretrained(output)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(output)
         written.append("tokenizer")
-    print(f"wrote {', '.join(written)} to {output}")
-    return 0
+    return written
 
 
 def add_parser(subparsers) -> None:
@@ -131,7 +225,7 @@ def add_parser(subparsers) -> None:
     tf.add_argument("--vocab", help="WordPiece vocab.txt to save a RealmTokenizer with the model")
     tf.add_argument("--cased", action="store_true", help="the vocabulary is cased (default: uncased, as Google's)")
     tf.add_argument("--output", required=True, help="directory to write")
-    tf.add_argument("--shard-size", type=int, default=262144, help="blocks per index shard (default: 262144)")
+    tf.add_argument("--shard-size", type=positive_int, default=262144, help="blocks per index shard (default: 262144)")
     tf.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="index dtype (default float32)")
     tf.add_argument("--no-verify", action="store_true", help="skip crc32c checks (fast without google-crc32c)")
     tf.add_argument("--lenient", action="store_true", help="keep random weights the checkpoint does not cover")

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from realm_hf.precision import add_precision_argument, precision_from_args
 from .arguments import (
     add_device_argument,
     check_writable_directory,
+    model_location,
+    non_negative_float,
     non_negative_int,
     positive_int,
     refuse_to_overwrite,
@@ -196,7 +199,7 @@ def _load_embedder(model: str | None, device: str = "cpu"):
 
     from realm_hf import RealmEmbedder
 
-    from .arguments import model_location, without_weight_loading_bar
+    from .arguments import without_weight_loading_bar
 
     device = resolve_device(device)
     model = model_location(_default_model(model))
@@ -287,8 +290,6 @@ def _refuse_finished_index(output: Path) -> None:
 def _refuse_to_replace_what_is_no_index(output: Path) -> None:
     """`UsageError` unless `output` holds nothing but an index (finished or partial), which --overwrite may replace: a
     directory holding anything else (the user's documents, a model, a note of theirs) is never deleted."""
-    import re
-
     from realm_hf.errors import UsageError
 
     # What `index build` and `index add` write: the manifest, the build's settings, shards (and their temporary
@@ -358,6 +359,7 @@ def cmd_offload(args) -> int:
     from realm_hf.retrieval.document_store import DocumentStore
     from realm_hf.retrieval.index_builder import offload_block_embeddings
 
+    model_location(args.model)  # a missing directory, a file, an index or an unknown repo id is named before any work
     output = Path(args.output)
     refuse_to_overwrite(output)
     check_writable_directory(output, "--output")
@@ -379,6 +381,7 @@ def cmd_offload(args) -> int:
 def cmd_compress(args) -> int:
     from realm_hf.retrieval.serving import DEFAULT_SERVING_RERANK_FACTOR, INDEX_DIR, SERVING_FILE, compress_open_qa
 
+    model_location(args.model)  # a missing directory, a file, an index or an unknown repo id is named before any work
     output = Path(args.output)
     # An unfinished compress has written only index/; a finished one says which model it compressed.
     earlier = output.is_dir() and (
@@ -387,11 +390,24 @@ def cmd_compress(args) -> int:
     )  # fmt: skip
     refuse_to_overwrite(output, resumable=earlier)
     check_writable_directory(output, "--output")
-    summary = compress_open_qa(
-        args.model, args.output, factory=args.factory, nprobe=args.nprobe, rerank=not args.no_rerank,
-        rerank_factor=args.rerank_factor or DEFAULT_SERVING_RERANK_FACTOR, dtype=args.dtype,
-        train_size=args.train_size,
-    )  # fmt: skip
+    factory = _check_compress_factory(args)
+    # What this run writes is removed if it fails (an interruption keeps it: a rerun resumes); what an earlier
+    # compress left, which this run went on with, stays.
+    created = not output.exists()
+    fresh = created or not any(output.iterdir())
+    try:
+        summary = compress_open_qa(
+            args.model, args.output, factory=args.factory, nprobe=args.nprobe, rerank=not args.no_rerank,
+            rerank_factor=args.rerank_factor or DEFAULT_SERVING_RERANK_FACTOR, dtype=args.dtype,
+            train_size=args.train_size,
+        )  # fmt: skip
+    except Exception as error:
+        if fresh:
+            _remove_what_this_run_wrote(output, created)
+        reworded = _faiss_training_error(error, factory, f"--model {args.model}")
+        if reworded is None:
+            raise
+        raise reworded from error
     files = summary["files"]
     print(f"wrote {args.output}: {summary['num_blocks']:,} blocks in faiss {summary['factory']!r} (nprobe "
           f"{summary['nprobe']}, {summary['index_bytes'] / 1e9:.2f} GB in RAM once loaded), "
@@ -400,6 +416,128 @@ def cmd_compress(args) -> int:
                    if summary["rerank"] else ", no re-rank"))  # fmt: skip
     print(f'ask it: realm-hf ask --model {args.output} "QUESTION"')
     return 0
+
+
+def _remove_what_this_run_wrote(directory: Path, created: bool) -> None:
+    """Removes `directory` where this run `created` it, else empties it (this run found it empty)."""
+    import shutil
+
+    if not directory.is_dir():
+        return
+    if created:
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _check_compress_factory(args) -> str | None:
+    """The faiss factory `index compress` will build for `--model` (`--factory`, else the default for its size), after
+    checking that there are enough block embeddings (or `--train-size`) to train it; `None` where the model's config
+    does not tell (the compress itself then says what is wrong)."""
+    from realm_hf import RealmConfig
+    from realm_hf.retrieval.serving import default_factory
+
+    try:
+        config = RealmConfig.from_pretrained(args.model)
+    except (OSError, ValueError):
+        return args.factory
+    if not config.store_block_emb or not config.num_block_records:
+        return args.factory  # no block_emb: compress_open_qa says so
+    num_blocks, dim = int(config.num_block_records), int(config.retriever_proj_size)
+    factory = args.factory or default_factory(num_blocks, dim)
+    _check_factory_fits(factory, num_blocks, dim, f"--model {args.model}", args.train_size)
+    return factory
+
+
+# faiss trains k-means with at least one point per centroid, and says so only once it trains (after compress has
+# written its shards): "Number of training points (16) should be at least as large as number of clusters (64)".
+_TOO_FEW_POINTS = re.compile(r"Number of training points \((\d+)\) should be at least as large as number of clusters "
+                             r"\((\d+)\)")  # fmt: skip
+
+
+def _check_factory_fits(factory: str, num_blocks: int, dim: int, holder: str, train_size: int | None = None) -> None:
+    """Raises `UsageError` where faiss could not train the index `factory` makes on the `num_blocks` vectors `holder`
+    holds (or the `train_size` of them sampled): k-means needs a training vector per centroid, so IVF needs one per
+    list, PQ one per centroid of a codebook (256 for 8-bit codes), OPQ 256, PCA one per output dimension. Names what
+    the factory needs and what there is, and the smaller factories that fit; an unknown factory raises
+    `make_faiss_index`'s `ValueError`."""
+    from realm_hf.errors import UsageError
+    from realm_hf.retrieval.faiss_search import import_faiss, make_faiss_index
+
+    faiss = import_faiss()
+    index = make_faiss_index(dim, factory)
+    if index.is_trained:
+        return
+    available = num_blocks if train_size is None else min(train_size, num_blocks)
+    unmet = [need for need in _training_needs(faiss, index, available) if need[0] > available]
+    if not unmet:
+        return
+    needed = max(count for count, _, _ in unmet)
+    reasons = ", ".join(f"{count} for {what}" for count, what, _ in unmet)
+    fixes = " and ".join(fix for _, _, fix in unmet)  # each part that needs more vectors than there are changes
+    if available < num_blocks:
+        there = (
+            f"the training sample (--train-size {train_size}) holds {available} of the {num_blocks} blocks of {holder}"
+        )
+        if needed <= num_blocks:
+            fixes += f", a --train-size of at least {needed}"
+    else:
+        there = f"{holder} holds {_count(num_blocks, 'block')}"
+    raise UsageError(f"faiss factory {factory!r} needs at least {needed} training vectors (one per centroid: "
+                     f"{reasons}), but {there}: use {fixes}, or Flat (exact search, which `index compress` builds "
+                     f"below 1,000 blocks)")  # fmt: skip
+
+
+def _training_needs(faiss, index, available: int) -> list[tuple[int, str, str]]:
+    """`(vectors, what needs them, a change that needs at most available)` for each part of the faiss `index` that
+    trains k-means: a PCA or OPQ transform, the IVF lists, PQ codebooks (of the index, its IVF or its HNSW storage)."""
+    needs = []
+    inner = faiss.downcast_index(index)  # a view, not an owner: `index` (the caller's) keeps it alive
+    if isinstance(inner, faiss.IndexPreTransform):
+        for position in range(inner.chain.size()):
+            transform = faiss.downcast_VectorTransform(inner.chain.at(position))
+            if isinstance(transform, faiss.OPQMatrix):
+                needs.append((256, "its OPQ rotation", "no OPQ"))
+            elif isinstance(transform, faiss.PCAMatrix):
+                needs.append((transform.d_out, f"its PCA to {transform.d_out} dims",
+                              f"a PCA to at most {available} dims"))  # fmt: skip
+        inner = faiss.downcast_index(inner.index)
+    ivf = faiss.try_extract_index_ivf(inner)
+    if ivf is not None:
+        needs.append((int(ivf.nlist), f"its {ivf.nlist} IVF lists", f"at most {available} IVF lists (IVF{available})"))
+    storage = getattr(inner, "storage", None)  # HNSW over PQ codes
+    holders = [inner, ivf] + ([faiss.downcast_index(storage)] if storage is not None else [])
+    for holder in holders:
+        pq = getattr(holder, "pq", None)
+        if pq is not None and int(pq.ksub) > 1:
+            fix = f"4-bit PQ codes (PQ{pq.M}x4fs)" if pq.ksub > 16 and available >= 16 else "no PQ codes"
+            needs.append((int(pq.ksub), f"its {pq.nbits}-bit PQ codes", fix))
+            break
+    return needs
+
+
+def _faiss_training_error(error: Exception, factory: str | None, holder: str):
+    """A `UsageError` in place of faiss's C++ message (`Error in <signature> at <file>:<line>: ...`) where it could not
+    train `factory` on the blocks of `holder`: most often fewer training vectors than centroids, in a part
+    `_check_factory_fits` does not know (residual quantizers, say); `None` for any other error."""
+    from realm_hf.errors import UsageError
+
+    message = str(error).strip()
+    found = _TOO_FEW_POINTS.search(message)
+    if found is not None:
+        points, clusters = found.groups()
+        return UsageError(f"faiss factory {factory!r} needs at least {clusters} training vectors for one of its "
+                          f"k-means trainings, but {holder} gave it {points}: choose a factory with fewer centroids, "
+                          "or Flat (exact search)")  # fmt: skip
+    if not (isinstance(error, RuntimeError) and message.startswith("Error in ")):
+        return None
+    reason = message.splitlines()[-1].rsplit(": ", 1)[-1]
+    return UsageError(f"faiss could not train factory {factory!r} on the blocks of {holder} ({reason}): choose another "
+                      "factory, or Flat (exact search)")  # fmt: skip
 
 
 def _compressed_from(summary: Path) -> str | None:
@@ -413,6 +551,7 @@ def cmd_eval(args) -> int:
     import numpy as np
     import torch
 
+    from realm_hf.errors import UsageError
     from realm_hf.retrieval.evaluation import recall_at_k
     from realm_hf.retrieval.faiss_search import FaissSearcher
     from realm_hf.retrieval.serving import default_factory, default_nprobe
@@ -421,10 +560,25 @@ def cmd_eval(args) -> int:
     exact = ExactSearcher.from_index(args.index)
     if args.faiss_index:
         approximate = FaissSearcher.load(args.faiss_index)
+        if (approximate.num_blocks, approximate.index.d) != (exact.num_blocks, exact.dim):
+            raise UsageError(
+                f"--faiss-index {args.faiss_index} holds {_count(approximate.num_blocks, 'block')} of "
+                f"{approximate.index.d} dims, but --index {args.index} holds {_count(exact.num_blocks, 'block')} of "
+                f"{exact.dim} dims: expected a faiss index built from --index (its recall against another index means "
+                "nothing)"
+            )  # fmt: skip
+        args.factory = approximate.factory
     else:
         # By default what `index compress` would build for this index (exact search below 1,000 blocks).
         args.factory = args.factory or default_factory(exact.num_blocks, exact.dim)
-        approximate = FaissSearcher.build(exact, factory=args.factory, metric=exact.metric, seed=0)
+        _check_factory_fits(args.factory, exact.num_blocks, exact.dim, f"--index {args.index}")
+        try:
+            approximate = FaissSearcher.build(exact, factory=args.factory, metric=exact.metric, seed=0)
+        except RuntimeError as error:
+            reworded = _faiss_training_error(error, args.factory, f"--index {args.index}")
+            if reworded is None:
+                raise
+            raise reworded from error
         if args.nprobe is None:
             args.nprobe = default_nprobe(approximate)  # as `index compress`
     if args.nprobe is not None:
@@ -436,8 +590,13 @@ def cmd_eval(args) -> int:
     ids = generator.choice(exact.num_blocks, size=min(args.num_queries, exact.num_blocks), replace=False)
     queries = exact.embeddings(torch.from_numpy(np.sort(ids))).float()
     queries = queries + args.noise * queries.std() * torch.from_numpy(generator.standard_normal(queries.shape)).float()
-    # k beyond the index's size would count blocks that do not exist as missed
-    ks = sorted({min(int(k), exact.num_blocks) for k in args.k.split(",")})
+    # k beyond the index's size would count blocks that do not exist as missed: it is capped, and the note says so
+    beyond = [k for k in args.k if k > exact.num_blocks]
+    if beyond:
+        asked = ", ".join(map(str, beyond))
+        print(f"note: --k {asked} is more than the {_count(exact.num_blocks, 'block')} of --index {args.index}: "
+              f"reported as recall_at_{exact.num_blocks} (every block)", file=sys.stderr)  # fmt: skip
+    ks = sorted({min(k, exact.num_blocks) for k in args.k})
     reference = exact.search(queries, max(ks)).ids
     found = approximate.search(queries, max(ks)).ids
     report = {f"recall_at_{k}": recall_at_k(found[:, :k], reference[:, :k], k) for k in ks}
@@ -449,6 +608,18 @@ def cmd_eval(args) -> int:
         for key, value in report.items():
             print(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
     return 0
+
+
+def cutoffs(value: str) -> list[int]:
+    """`--k`: comma-separated positive integers (`"5,100"` -> `[5, 100]`), or an argparse error naming what was
+    received."""
+    try:
+        numbers = [int(part) for part in value.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or min(numbers) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers such as 5,100, got {value!r}")
+    return sorted(set(numbers))
 
 
 def _add_column_arguments(parser: argparse.ArgumentParser) -> None:
@@ -526,15 +697,17 @@ def add_parser(subparsers) -> None:
     evaluate.add_argument("--factory", help="faiss factory string (default: what `index compress` builds for this "
                           "index, IVF<4 sqrt(N)>,PQ<dim/4>x4fs; Flat below 1,000 blocks)")  # fmt: skip
     evaluate.add_argument("--faiss-index", help="evaluate a saved FaissSearcher directory instead of building one")
-    evaluate.add_argument("--nprobe", type=int, help="IVF lists probed per query")
-    evaluate.add_argument("--ef-search", type=int, help="HNSW search breadth")
-    evaluate.add_argument("--k", default="5,100", help="comma-separated cut-offs (default: 5,100)")
+    evaluate.add_argument("--nprobe", type=positive_int, help="IVF lists probed per query")
+    evaluate.add_argument("--ef-search", type=positive_int, help="HNSW search breadth")
+    evaluate.add_argument("--k", type=cutoffs, default="5,100", help="comma-separated cut-offs, each capped at the "
+                          "index's size (default: 5,100)")  # fmt: skip
     evaluate.add_argument(
         "--num-queries", type=positive_int, default=1000, help="queries sampled from the index (default 1000)"
     )
-    evaluate.add_argument("--noise", type=float, default=0.3, help="query noise, relative to the embeddings' std")
+    evaluate.add_argument("--noise", type=non_negative_float, default=0.3,
+                          help="query noise, relative to the embeddings' std (default: 0.3)")  # fmt: skip
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_eval)
 
 
-__all__ = ["add_parser", "open_corpus"]
+__all__ = ["add_parser", "cutoffs", "open_corpus"]

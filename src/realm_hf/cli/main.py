@@ -12,6 +12,7 @@ from .arguments import (
     RealmHfArgumentParser,
     add_device_argument,
     add_searcher_arguments,
+    check_writable_directory,
     choose_searcher,
     did_you_mean,
     model_location,
@@ -153,15 +154,70 @@ def _ensure_demo_model(directory: Path | None, rebuild: bool = False) -> Path:
     return ensure_demo_model(directory, rebuild=rebuild)
 
 
+# What `realm_hf.demo.build_demo_model` saves (model, tokenizer, retriever), and what a tokenizer may add to it.
+DEMO_MODEL_FILES = {"block_records.safetensors", "config.json", "model.safetensors", "tokenizer.json",
+                    "tokenizer_config.json", "vocab.txt", "special_tokens_map.json", "added_tokens.json"}  # fmt: skip
+
+
+def _check_demo_output(output: Path) -> None:
+    """Raises `UsageError` unless `demo --untrained --output` may (re)build the demo model in `output`: a new or empty
+    directory, or a demo model saved there before. A file, an index, another model or anything else is named, and
+    left alone (the demo model's files would be written among them)."""
+    from realm_hf.errors import UsageError
+
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {output} is a file; expected a directory to save the demo model in (a new one, "
+                         "or a demo model saved before)")  # fmt: skip
+    held = sorted(path.name for path in output.iterdir()) if output.is_dir() else []
+    if held and not _is_demo_model(output, held):
+        if "index.json" in held:
+            what = "an index"
+        elif "config.json" in held:
+            what = "a model that is not the demo model"
+        else:
+            what = "files that are no demo model"
+        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        raise UsageError(f"--output {output} already holds {what} ({shown}): expected a new or empty directory, or a "
+                         "demo model saved there before (it is rebuilt); save the demo model somewhere "
+                         "else")  # fmt: skip
+    check_writable_directory(output, "--output")
+
+
+def _is_demo_model(directory: Path, held: list[str]) -> bool:
+    """Whether `directory` (holding the files `held`) holds the demo model, whole or as a build left it: nothing but
+    its files, with the demo corpus as its block records (or, before they were saved, the demo model's size)."""
+    from realm_hf.demo import load_demo_corpus
+
+    if not set(held) <= DEMO_MODEL_FILES:
+        return False
+    blocks = [f"{passage['title']} {passage['text']}".encode() for passage in load_demo_corpus()]
+    try:
+        if "block_records.safetensors" in held:
+            from realm_hf.retrieval import load_block_records
+
+            records = load_block_records(directory / "block_records.safetensors")
+            return len(records) == len(blocks) and [bytes(records[i]) for i in range(len(blocks))] == blocks
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("num_block_records") == len(blocks)
+
+
 def cmd_demo(args) -> int:
     """Answers sample questions with the default model (trained, real corpus) when it is present, else with the
     untrained built-in demo model."""
     from realm_hf.default_model import DEFAULT_QUESTIONS, default_model_dir
 
     asked = questions_from_arguments(args.questions)
+    default = None if args.untrained else default_model_dir()
+    if default is None and args.output is not None:  # the untrained demo model is saved there: checked first
+        _check_demo_output(Path(args.output))
     if not args.untrained:
-        directory = default_model_dir()
+        directory = default
         if directory is not None:
+            if args.output is not None:
+                print(f"note: --output {args.output} is used only with --untrained (where to save the untrained demo "
+                      "model); the default model answers here, and nothing is saved", file=sys.stderr)  # fmt: skip
             print(f"realm-minilm-factbook ({directory}): a REALM/ORQA model trained by this project over 43,829 "
                   "Wikipedia and CIA World Factbook passages, all offline.\n", file=sys.stderr)  # fmt: skip
             model, retriever = _load(str(directory))
