@@ -420,8 +420,10 @@ def test_resume_drops_indexes_newer_than_the_checkpoint(setup, tmp_path):
 def test_refresher_rejects_bad_settings(setup, tmp_path):
     with pytest.raises(ValueError, match="mode must be 'sync' or 'async', got 'later'"):
         IndexRefresher(tmp_path, setup["tokenizer"], mode="later")
-    with pytest.raises(ValueError, match="needs documents_dir"):
-        IndexRefresher(tmp_path, setup["tokenizer"], mode="async")
+    # Without documents_dir the async refresher saves the corpus it is given, which must then be a DocumentStore.
+    refresher = IndexRefresher(tmp_path, setup["tokenizer"], mode="async")
+    with pytest.raises(ValueError, match="needs documents_dir .* got list"):
+        refresher._saved_documents([{"text": "a"}])
 
 
 def _pretrain_command(setup, output: Path, batch_size: int, refresh: str = "sync") -> list[str]:
@@ -487,16 +489,18 @@ def test_cli_pretrain_with_a_separate_question_encoder(setup, query_embedder_dir
 
 
 def test_cli_pretrain_checks_sentence_titles_and_retriever_options(setup, tmp_path, capsys):
-    """A run resumed with another --sentence-title would mix two kinds of examples: refused, naming both settings;
-    a negative --retriever-start-step is an argparse error naming the value. (In process: `main` is what the
-    command runs, and a process of its own costs ~10 s of imports per case.)"""
-    (tmp_path / "out").mkdir()
+    """A run resumed with another --sentence-title would mix two kinds of examples: refused (a usage error), naming
+    both settings, also for a run from before OUTPUT/corpus.json; a negative --retriever-start-step is an argparse
+    error naming the value. (In process: `main` is what the command runs, and a process of its own costs ~10 s of
+    imports per case.)"""
+    (tmp_path / "out" / "checkpoints" / "checkpoint-1").mkdir(parents=True)  # a run to resume
     (tmp_path / "out" / "sentences.jsonl").write_text(json.dumps({"text": "In 1990.", "block_id": 0}) + "\n")
     command = ["pretrain", "--embedder", str(setup["root"] / "embedder"), "--documents", str(setup["root"] / "documents"),
                "--output-dir", str(tmp_path / "out"), "--max-steps", "1"]  # fmt: skip
-    assert cli_main([*command, "--sentence-title"]) == 1
+    assert cli_main([*command, "--sentence-title"]) == 2
     stderr = capsys.readouterr().err
-    assert "written without sentence titles" in stderr and "asks for them on (--sentence-title)" in stderr
+    assert "realm-hf pretrain: error: " in stderr and "written without sentence titles" in stderr
+    assert "asks for them on (--sentence-title)" in stderr and "--no-resume" in stderr
     for flag, value, message in [("--retriever-start-step", "-3", "expected an integer >= 0, got '-3'"),
                                  ("--retriever-learning-rate", "nan", "expected a number >= 0, got 'nan'")]:  # fmt: skip
         with pytest.raises(SystemExit) as usage_error:
@@ -509,7 +513,8 @@ def test_cli_pretrain_reports_a_missing_corpus(setup, tmp_path, capsys):
                "--output-dir", str(tmp_path / "out"), "--max-steps", "1"]  # fmt: skip
     assert cli_main(command) == 1
     stderr = capsys.readouterr().err
-    assert "realm-hf pretrain:" in stderr and "nothing" in stderr
+    assert f"realm-hf pretrain: error: --documents '{tmp_path / 'nothing'}': no such file or directory" in stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_parts_saved_in_fp16_load_in_fp32(setup, tmp_path):

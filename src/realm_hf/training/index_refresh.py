@@ -7,6 +7,7 @@ modes, over a work directory that also makes the hand-over visible and resumable
     WORK_DIR/snapshots/step-00000100/   block-embedder weights + tokenizer, published by the trainer (main process)
     WORK_DIR/indexes/step-00000100/     the corpus embedded with those weights (an index directory, see index_files)
     WORK_DIR/refresh_log.jsonl          one line per index built: step, seconds, mode
+    WORK_DIR/documents/                 async: the corpus as a document store, where `documents_dir` does not hold it
 
 - `mode="sync"`: every `every` steps all training processes stop, re-embed the corpus together (`build_index` shards
   it over the ranks) and continue with the new index. Deterministic: the mode for tests and for comparisons.
@@ -29,6 +30,7 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
+from ..errors import RealmHfError
 from ..retrieval.distributed import process_state
 
 logger = logging.get_logger(__name__)
@@ -49,6 +51,28 @@ def _steps_in(directory: Path) -> list[int]:
         if entry.name.startswith("step-") and entry.name[5:].isdigit():
             steps.append(int(entry.name[5:]))
     return sorted(steps)
+
+
+class IndexRefresherError(RealmHfError, RuntimeError):
+    """The background index refresher process ended before training did (`exitcode`: its exit code); its traceback is
+    in the output above."""
+
+    def __init__(self, message: str, *, exitcode: int | None = None):
+        self.exitcode = exitcode
+        super().__init__(message)
+
+
+def _store_fingerprint(directory: Path | None) -> str | None:
+    """The fingerprint recorded in the manifest of the document store `directory`; None where it is no store."""
+    from ..retrieval.document_store import MANIFEST_NAME
+
+    if directory is None:
+        return None
+    try:
+        manifest = json.loads((Path(directory) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest.get("fingerprint") if isinstance(manifest, dict) else None
 
 
 def _load_searcher(directory: Path):
@@ -97,8 +121,10 @@ class IndexRefresher:
         tokenizer (`RealmTokenizer`): the embedder's tokenizer (saved with each snapshot).
         mode (`str`, defaults to `"async"`): `"async"` (background process) or `"sync"` (in the training processes).
         every (`int`, defaults to 100): act every this many optimizer steps (REALM: about 500).
-        documents_dir (`str` or `Path`, *optional*): the `DocumentStore` directory the background process reads;
-            required for `"async"`.
+        documents_dir (`str` or `Path`, *optional*): a `DocumentStore` directory holding the corpus trained on, for
+            the background process (`"async"`) to read. Where it is not given, or holds another corpus (another
+            fingerprint) or no store (a JSONL file, a folder of text files), the corpus handed to [`start`] is saved as
+            a store in `work_dir/documents/` (kept for later runs while it matches) and read from there.
         batch_size (`int`, defaults to 64), max_length (`int`, defaults to 288): embedding batches and truncation
             (use the index's settings).
         keep (`int`, defaults to 3): indexes kept on disk (the newest ones).
@@ -117,8 +143,6 @@ class IndexRefresher:
             raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}.")
         if every < 1 or keep < 1:
             raise ValueError(f"every and keep must be >= 1, got {every} and {keep}.")
-        if mode == "async" and documents_dir is None:
-            raise ValueError("mode='async' needs documents_dir: the background process reads the corpus from disk.")
         self.work_dir = Path(work_dir)
         self.tokenizer = tokenizer
         self.mode = mode
@@ -135,6 +159,7 @@ class IndexRefresher:
         self.indexes = self.work_dir / "indexes"
         self.log_path = self.work_dir / "refresh_log.jsonl"
         self._documents = None
+        self._documents_for_process = None
         self._process = None
         self._last_step = None
 
@@ -157,6 +182,7 @@ class IndexRefresher:
             for newer in [step for step in _steps_in(self.indexes) if step > resume_step]:
                 shutil.rmtree(self.indexes / _STEP_FORMAT.format(newer))  # made by weights the checkpoint lacks
             if self.mode == "async":
+                self._documents_for_process = self._saved_documents(documents)
                 self._spawn()
         state.wait_for_everyone()
         steps = _steps_in(self.indexes)
@@ -238,11 +264,32 @@ class IndexRefresher:
         self._last_step = newest
         return _load_searcher(self.indexes / _STEP_FORMAT.format(newest)), newest
 
+    def _saved_documents(self, documents) -> Path:
+        """The document store directory holding `documents` for the background process to read: `documents_dir`
+        where its fingerprint is that of `documents`, else `work_dir/documents/` (saved there now unless it holds them
+        already)."""
+        fingerprint = getattr(documents, "fingerprint", None)
+        if not callable(fingerprint) or not hasattr(documents, "save"):
+            if self.documents_dir is None:
+                raise ValueError(f"mode='async' needs documents_dir (a DocumentStore directory the background process "
+                                 f"reads) for documents that are no DocumentStore, got {type(documents).__name__}.")  # fmt: skip
+            return self.documents_dir
+        wanted, copy = fingerprint(), self.work_dir / "documents"
+        if _store_fingerprint(self.documents_dir) == wanted:
+            return self.documents_dir
+        if _store_fingerprint(copy) != wanted:
+            if self.documents_dir is not None:
+                logger.warning(f"documents_dir {self.documents_dir} does not hold the corpus trained on (no document "
+                               f"store of its {len(documents)} documents): the index refresher reads a copy saved in "
+                               f"{copy}")  # fmt: skip
+            documents.save(copy)
+        return copy
+
     def _spawn(self) -> None:
         context = multiprocessing.get_context("spawn")
         self._process = context.Process(
             target=refresh_loop,
-            kwargs={"work_dir": str(self.work_dir), "documents_dir": str(self.documents_dir),
+            kwargs={"work_dir": str(self.work_dir), "documents_dir": str(self._documents_for_process),
                     "batch_size": self.batch_size, "max_length": self.max_length, "keep": self.keep,
                     "threads": self.threads, "poll_seconds": self.poll_seconds, "parent_pid": os.getpid(),
                     "precision": self.precision},
@@ -253,8 +300,10 @@ class IndexRefresher:
 
     def _check_process(self) -> None:
         if self._process is not None and not self._process.is_alive():
-            raise RuntimeError(f"the index refresher process exited with code {self._process.exitcode}; see its "
-                               f"output above. Restart the run, or use mode='sync'.")  # fmt: skip
+            code = self._process.exitcode
+            raise IndexRefresherError(f"the index refresher process exited with code {code} (its traceback is above); "
+                                      "restart the run to resume, or refresh in the training processes "
+                                      "(mode='sync')", exitcode=code)  # fmt: skip
 
     def _wait_for(self, step: int) -> None:
         while step not in _steps_in(self.indexes):
@@ -304,4 +353,4 @@ def refresh_loop(work_dir: str, documents_dir: str, batch_size: int = 64, max_le
         _prune(indexes, keep)
 
 
-__all__ = ["IndexRefresher", "refresh_loop"]
+__all__ = ["IndexRefresher", "IndexRefresherError", "refresh_loop"]

@@ -275,6 +275,106 @@ def _masked_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
     return positions, targets, mask
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# the parts to start from
+
+# Where each part of `RealmForPretraining` lies in a checkpoint, by the checkpoint's architecture: `(prefix, what)`, the
+# prefix of its weights ("" at the top) and what is taken, in words; `what` is None for a checkpoint of the part itself.
+# The encoder takes the BERT and the MLM head of a model that is no encoder (the head starts fresh where there is none).
+_PART_SOURCES = {
+    "embedder": {"RealmEmbedder": ("", None), "RealmForOpenQA": ("embedder", "its embedder"),
+                 "RealmScorer": ("embedder", "its embedder"), "RealmForPretraining": ("embedder", "its embedder")},
+    "query_embedder": {"RealmEmbedder": ("", None), "RealmForOpenQA": ("embedder", "its (question) embedder"),
+                       "RealmScorer": ("embedder", "its embedder"),
+                       "RealmForPretraining": ("query_embedder", "its question encoder")},
+    "encoder": {"RealmKnowledgeAugEncoder": ("", None), "RealmForPretraining": ("encoder", "its encoder"),
+                "RealmForOpenQA": ("reader", "its reader's BERT"), "RealmReader": ("", "its BERT"),
+                "RealmEmbedder": ("", "its BERT"), "RealmScorer": ("embedder", "its embedder's BERT")},
+}  # fmt: skip
+_PART_EXPECTED = {
+    "embedder": "a RealmEmbedder checkpoint (e.g. ICT's block_embedder/), or a RealmForOpenQA, RealmScorer or "
+                "RealmForPretraining checkpoint, whose embedder is used",
+    "query_embedder": "a RealmEmbedder checkpoint (e.g. ICT's query_embedder/), or a RealmForOpenQA, RealmScorer or "
+                      "RealmForPretraining checkpoint, whose question encoder is used",
+    "encoder": "a RealmKnowledgeAugEncoder or BERT checkpoint, or a RealmForPretraining, RealmForOpenQA, RealmReader, "
+               "RealmEmbedder or RealmScorer checkpoint, whose encoder, reader or BERT is used",
+}  # fmt: skip
+
+
+def pretraining_part_source(
+    path: str | os.PathLike, part: str, name: str | None = None
+) -> tuple[str | None, str | None]:
+    r"""
+    Where the `part` (`"embedder"`, `"query_embedder"` or `"encoder"`) of [`RealmForPretraining`] lies in the checkpoint
+    `path`, from its `config.json` alone (no weights are read): `(prefix, what)`, the prefix of the part's weights (""
+    at the top) and what is taken, in words (None for a checkpoint of the part itself). A BERT-family checkpoint (not
+    REALM) as the encoder gives `(None, "its BERT")`.
+
+    Raises:
+        ModelLoadError: the checkpoint holds no such part (a `RealmReader` as the embedder, a BERT checkpoint as the
+            embedder, ...); the message names it as `name` (default: `path`), what was expected and what it is.
+    """
+    from ..errors import ModelLoadError
+
+    config, _ = RealmConfig.get_config_dict(path)
+    label = f"{name} {str(path)!r}" if name else repr(str(path))
+    if config.get("model_type") != "realm":
+        if part == "encoder":
+            return None, "its BERT"
+        received = f"a {config.get('model_type')!r} checkpoint" if config.get("model_type") else "no model type"
+        raise ModelLoadError(f"{label}: expected {_PART_EXPECTED[part]}; received {received} (its config.json), whose "
+                             "retriever would start from random weights")  # fmt: skip
+    architecture = (config.get("architectures") or [None])[0]
+    if architecture is None:
+        return "", None  # an older or hand-written config: read as the part itself (`_load_part` checks the weights)
+    if architecture not in _PART_SOURCES[part]:
+        raise ModelLoadError(f"{label}: expected {_PART_EXPECTED[part]}; received a {architecture} checkpoint")
+    return _PART_SOURCES[part][architecture]
+
+
+def _load_part(part_class, path: str | os.PathLike, part: str, notes: list, name: str | None = None):
+    """The `part` of `RealmForPretraining` (a `part_class`) from the checkpoint `path`, in fp32 (see
+    [`pretraining_part_source`]). Where it comes from a larger model, `notes` gets `(the checkpoint, what was taken)`
+    in words."""
+    from ..conversion.bert import realm_model_from_bert
+    from ..errors import ModelLoadError
+
+    prefix, what = pretraining_part_source(path, part, name)
+    label = f"{name} {str(path)!r}" if name else repr(str(path))
+    if prefix is None:  # a BERT checkpoint: `realm_model_from_bert` checks that every encoder weight lands
+        return realm_model_from_bert(part_class, path).float()
+    kwargs = {}
+    if what is not None:
+        outer = f"{prefix}\\." if prefix else ""
+        if part_class is RealmKnowledgeAugEncoder:
+            # The BERT and the MLM head; the decoder is tied to the word embeddings as in BERT (another model's unused
+            # decoder matrix would be a second, untrained vocabulary).
+            kept = rf"{outer}(?:realm\.|cls\.predictions\.(?!decoder\.weight$))"
+        else:
+            kept = outer
+        kwargs["key_mapping"] = {rf"^(?!{kept})": "ignored."} | ({rf"^{outer}": ""} if outer else {})
+    model, info = part_class.from_pretrained(path, dtype=torch.float32, output_loading_info=True, **kwargs)
+    tied = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")  # tied to weights that did load
+    missing = [key for key in info["missing_keys"] if key.startswith(("realm.", "cls.")) and key not in tied]
+    body = [key for key in missing if key.startswith("realm.") or part_class is RealmEmbedder]
+    if body:
+        source = f"{what} of " if what else ""
+        raise ModelLoadError(f"{label}: expected {_PART_EXPECTED[part]}; the {source}checkpoint lacks {len(body)} of "
+                             f"the weights it needs ({', '.join(body[:3])}, ...): they would start random")  # fmt: skip
+    if what is None:
+        return model
+    # Transformers remembers `key_mapping` and reverses it on save (writing `reader.realm...` names that no
+    # RealmKnowledgeAugEncoder reads back): a model built from the config holding the same weights saves plain names.
+    plain = part_class(model.config)
+    plain.load_state_dict(model.state_dict())
+    plain.train(model.training)
+    if part_class is RealmKnowledgeAugEncoder and prefix != "encoder":
+        what += " with a fresh MLM head" if missing else " and MLM head"
+    architecture = (model.config.architectures or ["REALM"])[0]
+    notes.append((f"{label} is a {architecture} checkpoint", f"the {part.replace('_', ' ')} starts from {what}"))
+    return plain
+
+
 class RealmForPretraining(RealmPreTrainedModel):
     r"""
     REALM's pretraining model: one `RealmEmbedder` for sentences and candidate blocks (REALM's shared embedder) and a
@@ -299,30 +399,37 @@ class RealmForPretraining(RealmPreTrainedModel):
 
     @classmethod
     def from_parts(cls, embedder_path: str | os.PathLike, encoder_path: str | os.PathLike,
-                   query_embedder_path: str | os.PathLike | None = None) -> "RealmForPretraining":  # fmt: skip
+                   query_embedder_path: str | os.PathLike | None = None, *,
+                   names: dict[str, str] | None = None) -> "RealmForPretraining":  # fmt: skip
         """An embedder checkpoint (e.g. the ICT warm start's `block_embedder/`), an encoder (a
         `RealmKnowledgeAugEncoder` checkpoint, or any BERT-family checkpoint: its MLM head starts fresh if absent) and,
         optionally, a separate question encoder (e.g. ICT's `query_embedder/`). Every part loads in fp32, whatever its
-        checkpoint holds (the default model ships fp16): training keeps fp32 weights, and bf16 is autocast."""
-        from ..conversion.bert import realm_model_from_bert
+        checkpoint holds (the default model ships fp16): training keeps fp32 weights, and bf16 is autocast.
 
-        embedder = RealmEmbedder.from_pretrained(embedder_path, dtype=torch.float32)
+        A checkpoint holding the part inside a larger model works too (see [`pretraining_part_source`]): the embedder
+        of a `RealmForOpenQA`, `RealmScorer` or `RealmForPretraining` checkpoint, and as the encoder the reader's BERT
+        (and MLM head) of a `RealmForOpenQA` one, the `encoder` of a `RealmForPretraining` one. Where a part comes from
+        such a checkpoint, one line is logged (a warning) saying which part was taken. A checkpoint holding no such
+        part raises `ModelLoadError` naming what was expected and received (not a model of random weights). `names`
+        names the checkpoints in these messages by part (`{"embedder": "--embedder", ...}`: the command line's
+        options); by default they are named by their paths alone."""
+        notes, names = [], names or {}
+        embedder = _load_part(RealmEmbedder, embedder_path, "embedder", notes, names.get("embedder"))
         query_embedder = None
         if query_embedder_path is not None:
-            query_embedder = RealmEmbedder.from_pretrained(query_embedder_path, dtype=torch.float32)
+            query_embedder = _load_part(RealmEmbedder, query_embedder_path, "query_embedder", notes,
+                                        names.get("query_embedder"))  # fmt: skip
             mine, theirs = embedder.config, query_embedder.config
             if (mine.vocab_size, mine.retriever_proj_size) != (theirs.vocab_size, theirs.retriever_proj_size):
                 raise ValueError(f"the question encoder must share the block encoder's vocabulary and projection, got "
                                  f"{theirs.vocab_size} tokens / {theirs.retriever_proj_size} dimensions against "
                                  f"{mine.vocab_size} / {mine.retriever_proj_size}.")  # fmt: skip
-        config_dict, _ = RealmConfig.get_config_dict(encoder_path)
-        if config_dict.get("model_type") == "realm":
-            encoder = RealmKnowledgeAugEncoder.from_pretrained(encoder_path, dtype=torch.float32)
-        else:
-            encoder = realm_model_from_bert(RealmKnowledgeAugEncoder, encoder_path).float()
+        encoder = _load_part(RealmKnowledgeAugEncoder, encoder_path, "encoder", notes, names.get("encoder"))
         if encoder.config.vocab_size != embedder.config.vocab_size:
             raise ValueError(f"the embedder and the encoder must share a vocabulary, got {embedder.config.vocab_size} "
                              f"and {encoder.config.vocab_size} tokens.")  # fmt: skip
+        for source in dict.fromkeys(source for source, _ in notes):  # one line: "'demo' is a ...: the embedder ..."
+            logger.warning(f"{source}: {', '.join(taken for other, taken in notes if other == source)}")
         return cls(embedder.config, embedder, encoder, query_embedder)
 
     def save_parts(self, directory: str | os.PathLike, **kwargs) -> None:
