@@ -133,7 +133,7 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
 
 def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_questions_replayed(tmp_path, monkeypatch):
     """`build_default_model.py --stages documents`: the training documents are added to the model's index, and the
-    model trains one epoch on the answerable document questions (90 a set) with 100 of each encyclopedic source's."""
+    model trains two epochs on the answerable document questions (90 a set) with 150 of each encyclopedic source's."""
     import importlib.util
 
     import realm_hf.cli.main
@@ -147,7 +147,7 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
     (model / "index").mkdir(parents=True)
     (model / "index" / "index.json").write_text('{"num_blocks": 3}')
     for source in build.REPLAY_SOURCES:
-        rows = [{"question": f"{source} question {n}?", "answers": [f"answer {n}"]} for n in range(120)]
+        rows = [{"question": f"{source} question {n}?", "answers": [f"answer {n}"]} for n in range(170)]
         build._write_jsonl(work / "question_sources" / f"{source}.train.jsonl", rows)
     commands = []
     monkeypatch.setattr(realm_hf.cli.main, "main", lambda argv: commands.append(argv) or 0)
@@ -162,14 +162,18 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
     with pytest.raises(Trained):  # where the stage would load the trained model to write its weights
         build.main(["--work-dir", str(work), "--output-dir", str(model), "--stages", "documents"])
     add, train = commands
-    assert add[:2] == ["index", "add"] and len(list((work / "documents" / "corpus").iterdir())) == 10 * len(build.DOCUMENT_SETS)
+    linked = list((work / "documents" / "corpus").iterdir())
+    assert add[:2] == ["index", "add"] and len(linked) == 10 * len(build.DOCUMENT_SETS)
     options = " ".join(train)
     assert f"--model {model} --index {work / 'documents' / 'index'}" in options
-    assert "--num-epochs 1" in options and "--learning-rate 2e-05" in options and "--freeze-word-embeddings" in options
+    assert "--num-epochs 2" in options and "--learning-rate 2e-05" in options and "--freeze-word-embeddings" in options
     rows = [json.loads(line) for line in (work / "documents" / "train.jsonl").read_text().splitlines()]
     counts = {source: sum(row["source"] == source for row in rows) for source in {row["source"] for row in rows}}
     assert counts == {**{f"documents_{name}": 90 for name in build.DOCUMENT_SETS},
-                      **{source: 100 for source in build.REPLAY_SOURCES}}  # fmt: skip
+                      **{source: 150 for source in build.REPLAY_SOURCES}}  # fmt: skip
+
+
+TRAINING_SETS = sorted(path for path in (ROOT / "examples" / "document_training").iterdir() if path.is_dir())
 
 
 @pytest.mark.parametrize(
@@ -177,8 +181,7 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
     [
         ("own_documents", 12, {"dev", "test"}),
         ("town_documents", 12, {"dev", "test"}),
-        *((f"document_training/{path.name}", 10, {"train"})
-          for path in sorted((ROOT / "examples" / "document_training").iterdir()) if path.is_dir()),
+        *((f"document_training/{path.name}", 10, {"train"}) for path in TRAINING_SETS),
     ],
 )
 def test_document_sets_answer_from_their_files_and_split_by_file(name, unanswerable, splits):
