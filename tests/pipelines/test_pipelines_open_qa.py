@@ -526,11 +526,21 @@ def test_a_question_given_twice_none_or_in_a_dict_without_one_is_refused(open_qa
         ({"exclude_question_spans": "yes"}, "exclude_question_spans must be True or False, got 'yes'"),
         ({"exclude_unbalanced_spans": 1}, "exclude_unbalanced_spans must be True or False, got 1"),
         ({"prefer_typed_answers": "no"}, "prefer_typed_answers must be True or False, got 'no'"),
+        ({"batch_size": 0}, r"batch_size must be a positive int \(questions per forward pass\), got 0"),
+        ({"batch_size": "8"}, r"batch_size must be a positive int .*got '8'"),
     ],
 )
 def test_bad_parameters_name_expected_and_received(open_qa, kwargs, message):
     with pytest.raises(ValueError, match=message):
         open_qa(QUESTIONS[0], **kwargs)
+
+
+def test_a_misspelt_option_is_named_with_the_one_meant(open_qa):
+    with pytest.raises(TypeError, match="unexpected option 'topk'; did you mean top_k"):
+        open_qa(QUESTIONS[0], topk=3)
+    with pytest.raises(TypeError, match=r"unexpected option 'zzz' \(options: .*top_k"):
+        open_qa(QUESTIONS[0], zzz=1)
+    assert open_qa(QUESTIONS[0], batch_size=2, top_k=2)[0]["answer"]
 
 
 def test_a_model_without_records_or_of_the_wrong_class_is_refused(demo_dir):

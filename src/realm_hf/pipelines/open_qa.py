@@ -248,7 +248,26 @@ class OpenQAPipeline(Pipeline):
         elif not isinstance(questions, (Iterator, TorchDataset)):
             # Generators and datasets stream, and `preprocess` checks each of their questions.
             questions = _question_text(questions, "the question")
+        self._check_call_options(kwargs)
         return super().__call__(questions, **kwargs)
+
+    def _check_call_options(self, kwargs: dict) -> None:
+        """A misspelt option (`topk=3`) or a batch size that is no positive int is named before any work, instead of
+        Transformers' `_sanitize_parameters() got an unexpected keyword argument` or torch's sampler message."""
+        import difflib
+        import inspect
+
+        known = {*inspect.signature(self._sanitize_parameters).parameters, "batch_size", "num_workers"}
+        for name in kwargs:
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f"; did you mean {close[0]}?" if close else f" (options: {', '.join(sorted(known))})"
+                raise TypeError(f"the open-qa pipeline got an unexpected option {name!r}{hint}")
+        batch_size = kwargs.get("batch_size")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be a positive int (questions per forward pass), got {batch_size!r}")
 
     def _sanitize_parameters(
         self,
