@@ -257,6 +257,41 @@ def test_cli_push_reports_a_bad_directory(tmp_path, capsys):
     assert "missing: config.json" in capsys.readouterr().err
 
 
+def test_cli_push_the_hub_refuses_says_so_and_how_to_log_in(tmp_path, checkpoint_dir):
+    """A Hub that answers 401 (no token, or a bad one) was reported as one that could not be reached."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def refuse(self):
+            body = b'{"error": "Invalid credentials in Authorization header"}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_HEAD = refuse
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}", HF_HOME=str(tmp_path / "home"),
+               HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1")  # fmt: skip
+    try:
+        run = subprocess.run([sys.executable, "-m", "realm_hf_cli", "push", str(checkpoint_dir), "user/x"], env=env,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        server.shutdown()
+    assert run.returncode == 1, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"realm-hf push: error: the Hub refused to push {checkpoint_dir} to user/x (HTTP 401): no "
+                           "token was found, or it is not valid; log in with `hf auth login`"), last  # fmt: skip
+
+
 def test_help_lists_push(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])

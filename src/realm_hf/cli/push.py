@@ -42,6 +42,9 @@ def cmd_push(args) -> int:
             license=args.license,
         )
     except Exception as error:
+        refused = _refusal(error, args)
+        if refused is not None:
+            raise refused from error
         if any(kind.__module__.split(".")[0] in NETWORK_LIBRARIES for kind in type(error).__mro__):
             # realm-hf's one handler prints it as `realm-hf push: error: ...` (exit 1), not as a bug to report
             raise ConnectionError(f"could not reach the Hub to push {args.directory} ({type(error).__name__}: "
@@ -49,6 +52,23 @@ def cmd_push(args) -> int:
         raise
     print(f"pushed {args.directory} to {args.repo_id} in one commit: {commit.commit_url}")
     return 0
+
+
+def _refusal(error: Exception, args) -> OSError | None:
+    """The Hub answered but would not take the push (HTTP 401: no token, or not a valid one; 403: the token may not
+    write there), or offline mode is on: said as such, not as a Hub that could not be reached. `None` otherwise."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    login = "log in with `hf auth login`, set HF_TOKEN or pass --token"
+    if status == 401:
+        return PermissionError(f"the Hub refused to push {args.directory} to {args.repo_id} (HTTP 401): no token was "
+                               f"found, or it is not valid; {login}")  # fmt: skip
+    if status == 403:
+        return PermissionError(f"the Hub refused to push {args.directory} to {args.repo_id} (HTTP 403): the token may "
+                               f"not write to {args.repo_id}; use a token with write access to it ({login})")  # fmt: skip
+    if type(error).__name__ == "OfflineModeIsEnabled":
+        return ConnectionError(f"HF_HUB_OFFLINE is set: pushing {args.directory} needs the Hub; unset HF_HUB_OFFLINE "
+                               "for this command")  # fmt: skip
+    return None
 
 
 def add_parser(subparsers) -> None:
