@@ -333,11 +333,12 @@ def load_open_qa(
             raise ValueError("no model given and the default model is not installed (models/realm-minilm-factbook, "
                              "or $REALM_HF_DEFAULT_MODEL): pass a model directory or Hub repo id.")  # fmt: skip
     hub_kwargs = _hub_kwargs(kwargs)
-    if _local_directory(name_or_path, hub_kwargs) is None:
+    local = _local_directory(name_or_path, hub_kwargs)
+    if local is None:
         _check_not_a_path(name_or_path)
         check_hub_model(str(name_or_path), hub_kwargs)
     else:
-        _check_model_directory(name_or_path, _local_directory(name_or_path, hub_kwargs))
+        _check_model_directory(name_or_path, local)
     if retriever is None:
         found = find_retrieval(name_or_path, index, searcher=searcher, pretokenized=pretokenized, **hub_kwargs)
         retriever, searcher = found.retriever, found.searcher

@@ -33,7 +33,7 @@ other settings are Google's defaults (12 attention heads, gelu_new) unless --con
 
 def _load_config(path: str):
     from realm_hf import RealmConfig
-    from realm_hf.errors import FileFormatError, MissingFileError
+    from realm_hf.errors import FileFormatError, MissingFileError, not_utf8_error
 
     location = Path(path)
     if location.is_dir():
@@ -44,15 +44,14 @@ def _load_config(path: str):
     if not location.exists():
         raise MissingFileError(f"--config {path}: no such file (expected a REALM config.json file or a directory "
                                "holding one)")  # fmt: skip
+    data = location.read_bytes()
     try:
-        fields = json.loads(location.read_text(encoding="utf-8"))
+        fields = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise not_utf8_error(f"--config {path}", data, error.start, path=location) from None
     except json.JSONDecodeError as error:
         raise FileFormatError(f"--config {path}: expected a REALM config.json (one JSON object), got invalid JSON: "
                               f"{error}", path=location) from None  # fmt: skip
-    except UnicodeDecodeError as error:
-        byte = f"0x{error.object[error.start]:02x}"
-        raise FileFormatError(f"--config {path}: expected a REALM config.json (UTF-8 text), received byte {byte} at "
-                              f"byte offset {error.start}", path=location) from None  # fmt: skip
     if not isinstance(fields, dict):
         raise FileFormatError(f"--config {path}: expected a REALM config.json (one JSON object), got a JSON "
                               f"{type(fields).__name__}", path=location)  # fmt: skip

@@ -30,7 +30,7 @@ def read_questions(
     with `"answers": []` are kept with `unanswerable`, else left out with a note. A row that cannot be read (not JSON,
     not UTF-8, no question, answers that are not strings) raises a `ValueError` naming its line."""
     from realm_hf.errors import FileFormatError, MissingFileError, not_utf8_error
-    from realm_hf.training.finetune import answers_of
+    from realm_hf.training.finetune import answers_of, question_of
 
     location = Path(path)
     if location.suffix.lower() in (".csv", ".tsv", ".parquet", ".txt"):
@@ -65,10 +65,8 @@ def read_questions(
             found = f"keys {sorted(row)}" if isinstance(row, dict) else _json_kind(row)
             raise ValueError(f"line {line_number}: expected a 'question' string and 'answers' (or 'answer'), got "
                              f"{found}.")  # fmt: skip
-        if not isinstance(row["question"], str) or not row["question"].strip():
-            raise FileFormatError(f"line {line_number}: expected a non-empty 'question' string, received "
-                                  f"{row['question']!r}", path=path, location=f"line {line_number}")  # fmt: skip
         try:
+            question_of(row)
             references = answers_of(row)
         except ValueError as error:
             raise FileFormatError(f"line {line_number}: {error}", path=path, location=f"line {line_number}") from None

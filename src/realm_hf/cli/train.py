@@ -67,8 +67,7 @@ def _load_rows(path: str | None, dataset: str | None, split: str):
     if location.stat().st_size == 0:
         raise ValueError(f"{path} is empty: expected one question per line, e.g. "
                          '{"question": "Who founded Acme?", "answers": ["Margaret Holt"]}')  # fmt: skip
-    if kind != "parquet":
-        _check_utf8(location)
+    data = _utf8_bytes(location) if kind != "parquet" else None
     try:
         rows = datasets.load_dataset(kind, data_files=str(location), split="train")
     except Exception as error:  # noqa: BLE001 (datasets and pyarrow raise many kinds for a file that is not the format)
@@ -77,13 +76,13 @@ def _load_rows(path: str | None, dataset: str | None, split: str):
                          "Check that it is UTF-8 and holds what its extension says.") from error  # fmt: skip
     if "question" not in rows.column_names or not {"answers", "answer"} & set(rows.column_names):
         raise ValueError(f"{path}: expected columns 'question' and 'answers' (or 'answer'), got {rows.column_names}.")
-    _check_rows(rows, location)
+    _check_rows(rows, location, data if location.suffix == ".jsonl" else None)
     return _answerable(rows, path)
 
 
-def _check_utf8(location: Path) -> None:
-    """A question file that is not UTF-8 is named with the line and byte, before `datasets` reads it (which names
-    neither the file nor the line)."""
+def _utf8_bytes(location: Path) -> bytes:
+    """The bytes of a question file, checked to be UTF-8: one that is not is named with the line and byte, before
+    `datasets` reads it (which names neither the file nor the line)."""
     from realm_hf.errors import not_utf8_error
 
     data = location.read_bytes()
@@ -91,26 +90,30 @@ def _check_utf8(location: Path) -> None:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise not_utf8_error(str(location), data, error.start, path=location) from None
+    return data
 
 
-def _check_rows(rows, location: Path) -> None:
+def _check_rows(rows, location: Path, jsonl: bytes | None = None) -> None:
     """Every row has a non-empty question and answers the training can read (strings, or whole numbers), checked
-    before the model loads; the first that has not is named by its line (JSON Lines) or row."""
+    before the model loads; the first that has not is named by its line (given the JSON Lines file's bytes, `jsonl`)
+    or row."""
     from realm_hf.errors import FileFormatError
-    from realm_hf.training.finetune import answers_of
+    from realm_hf.training.finetune import answers_of, question_of
 
     lines = []
-    if location.suffix == ".jsonl":
-        lines = [number for number, line in enumerate(location.read_bytes().splitlines(), start=1) if line.strip()]
+    if jsonl is not None:
+        lines = [number for number, line in enumerate(jsonl.splitlines(), start=1) if line.strip()]
 
     def where(index: int) -> str:
         return f"line {lines[index]}" if len(lines) == len(rows) else f"row {index + 1}"
 
     for index, row in enumerate(rows):
-        question = row.get("question")
-        if not isinstance(question, str) or not question.strip():
-            raise FileFormatError(f"{location} {where(index)}: expected a non-empty 'question' string, received "
-                                  f"{question!r}", path=location, location=where(index))  # fmt: skip
+        try:
+            question_of(row)
+        except ValueError as error:
+            raise FileFormatError(
+                f"{location} {where(index)}: {error}", path=location, location=where(index)
+            ) from None
         try:
             answers_of(row)
         except ValueError as error:

@@ -42,6 +42,14 @@ logger = logging.get_logger(__name__)
 UNUSED_MODULES = ("embedder.cls.predictions", "reader.cls", "reader.realm.pooler")
 
 
+def question_of(row: Mapping[str, Any]) -> str:
+    """The question of a row, a non-empty string; else a `ValueError` saying what was received."""
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"expected a non-empty 'question' string, received {question!r}")
+    return question
+
+
 def answers_of(row: Mapping[str, Any]) -> list[str]:
     """The gold answers of a row: `row["answers"]` (a list, or one string) or `row["answer"]`. Whole numbers
     (`"answers": [1999]`) are read as the strings they spell; anything else that is not a string (a dict, a decimal
@@ -375,4 +383,5 @@ __all__ = [
     "num_update_steps",
     "orqa_training_arguments",
     "orqa_warmup_steps",
+    "question_of",
 ]
