@@ -200,6 +200,20 @@ def find_retrieval(
     return OpenQARetrieval(retriever=retriever, searcher=searcher, sources=sources)
 
 
+def is_own_index(name_or_path, index: str | os.PathLike | None, searcher=None) -> bool:
+    """Whether a model at `name_or_path` searches its own index: no `index` or `searcher` given, or `index` names the
+    model directory or its `index/`. Over any other index (a user's documents) a calibration's `documents_threshold`
+    applies ([`~realm_hf.evaluation.calibration.Calibration.threshold_for`])."""
+    if searcher is not None:
+        return False
+    if index is None:
+        return True
+    own = Path(name_or_path) / INDEX_DIR
+    given = Path(index)
+    given = given / INDEX_DIR if (given / INDEX_DIR).is_dir() else given
+    return own.is_dir() and given.is_dir() and own.resolve() == given.resolve()
+
+
 def check_searcher_fits(model: RealmForOpenQA, searcher, source: str = "the index") -> None:
     """Raises a clear error unless `searcher` holds embeddings of the model's retriever size."""
     dim = getattr(searcher, "dim", None)
@@ -333,6 +347,7 @@ def load_open_qa(
             raise ValueError("no model given and the default model is not installed (models/realm-minilm-factbook, "
                              "or $REALM_HF_DEFAULT_MODEL): pass a model directory or Hub repo id.")  # fmt: skip
     hub_kwargs = _hub_kwargs(kwargs)
+    retriever_given, searcher_given = retriever, searcher
     local = _local_directory(name_or_path, hub_kwargs)
     if local is None:
         _check_not_a_path(name_or_path)
@@ -359,6 +374,8 @@ def load_open_qa(
     if searcher is not None:
         check_searcher_fits(model, searcher, str(index) if index is not None else "the index")
     fit_beam_sizes(model)
+    # which abstention threshold the open-qa pipeline applies: the model's own, or the one for a user's documents
+    model.searches_own_index = retriever_given is None and is_own_index(name_or_path, index, searcher_given)
     return model.eval(), retriever
 
 

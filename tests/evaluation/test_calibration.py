@@ -127,9 +127,19 @@ def test_json_round_trip_and_validation(tmp_path):
     calibration.threshold = 0.4
     path = calibration.save(tmp_path)
     payload = json.loads(path.read_text())
-    assert set(payload) == {"features", "mean", "scale", "weights", "bias", "threshold", "metadata"}
+    assert set(payload) == {"features", "mean", "scale", "weights", "bias", "threshold", "documents_threshold",
+                            "metadata"}  # fmt: skip
     loaded = Calibration.load(tmp_path)
     assert torch.equal(loaded.confidence(features), calibration.confidence(features))
+    assert loaded.documents_threshold is None and loaded.threshold_for(own_index=False) == 0.4
+    # a calibration written before documents_threshold existed loads as one without it
+    payload.pop("documents_threshold")
+    assert Calibration.from_dict(payload).documents_threshold is None
+    calibration.documents_threshold = 0.1
+    loaded = Calibration.load(calibration.save(tmp_path))
+    assert (loaded.threshold_for(own_index=True), loaded.threshold_for(own_index=False)) == (0.4, 0.1)
+    with pytest.raises(ValueError, match=r"documents_threshold must lie in \[0, 1\], received -0.5"):
+        Calibration.from_dict({**payload, "documents_threshold": -0.5})
     with pytest.raises(ValueError, match="missing keys"):
         Calibration.from_dict({"features": []})
     with pytest.raises(ValueError, match="one length"):

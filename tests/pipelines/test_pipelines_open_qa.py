@@ -1140,6 +1140,58 @@ def test_threshold_override_and_calibration_file(open_qa, demo_dir, tmp_path):
     assert calibrated(QUESTIONS[0], abstention_threshold=0.0)["abstained"] is False
 
 
+def test_over_another_index_the_documents_threshold_applies(demo_dir, tmp_path, monkeypatch):
+    """A calibration's `documents_threshold` is the threshold over any index but the model's own (a user's documents):
+    the pipeline given `index=`, and `load_open_qa(model, index)` as `realm-hf ask --index` loads it; over its own
+    index (none given, or the model's own `index/` named) the model's threshold."""
+    from realm_hf.cli.main import answer_questions
+    from realm_hf.cli.main import main as cli
+    from realm_hf.loading import load_open_qa
+
+    directory = tmp_path / "calibrated"
+    shutil.copytree(demo_dir, directory)
+    calibration = _calibration("log_span_probability", weight=0.0, bias=0.0, threshold=0.6)  # confidence 0.5
+    calibration.documents_threshold = 0.4
+    calibration.save(directory)
+    handbook = tmp_path / "handbook.jsonl"
+    rows = [{"title": "Leave", "text": "Your manager approves your leave; you book it in the staff portal."},
+            {"title": "Office", "text": "The office opens at nine and your badge opens the doors."}]  # fmt: skip
+    handbook.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert cli(["index", "build", "--model", str(directory), "--corpus", str(handbook), "--output",
+                str(tmp_path / "mine"), "--quiet"]) == 0  # fmt: skip
+    question = "Who approves my leave?"
+    own = pipeline("open-qa", model=str(directory), device="cpu")
+    assert own(question)["abstained"] is True  # 0.5 < 0.6
+    mine = pipeline("open-qa", model=str(directory), index=str(tmp_path / "mine"), device="cpu")
+    assert mine(question)["confidence"] == pytest.approx(0.5) and mine(question)["abstained"] is False  # 0.5 >= 0.4
+    assert mine(question, abstention_threshold=0.55)["abstained"] is True  # an explicit threshold wins
+    # saved with that index, which becomes the saved model's own, it abstains as it did
+    mine.save_pretrained(tmp_path / "saved")
+    saved = pipeline("open-qa", model=str(tmp_path / "saved"), device="cpu")
+    assert saved(question)["answer"] == mine(question)["answer"] and saved(question)["abstained"] is False
+    model, retriever = load_open_qa(directory, tmp_path / "mine")
+    assert answer_questions(model, retriever, [question])[0]["abstained"] is False
+    model, retriever = load_open_qa(directory)
+    assert answer_questions(model, retriever, [question])[0]["abstained"] is True
+    # without a documents threshold, the model's own applies everywhere
+    calibration.documents_threshold = None
+    calibration.save(directory)
+    mine = pipeline("open-qa", model=str(directory), index=str(tmp_path / "mine"), device="cpu")
+    assert mine(question)["abstained"] is True
+
+
+def test_is_own_index_names_the_models_index_however_given(tmp_path):
+    from realm_hf.loading import is_own_index
+
+    model, other = tmp_path / "model", tmp_path / "other"
+    (model / "index").mkdir(parents=True)
+    other.mkdir()
+    assert is_own_index(model, None) and is_own_index(model, model) and is_own_index(model, model / "index")
+    assert is_own_index(str(model), str(tmp_path / "." / "model" / "index"))
+    assert not is_own_index(model, other) and not is_own_index(model, None, searcher=object())
+    assert not is_own_index("owner/repo", other)  # a Hub model over a local index
+
+
 def test_spans_in_titles_start_in_the_title_or_its_colon():
     from realm_hf.pipelines.open_qa import spans_in_titles
 

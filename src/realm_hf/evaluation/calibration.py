@@ -77,6 +77,11 @@ class Calibration:
         mean, scale (`list[float]`): standardization: `(x - mean) / scale`.
         weights (`list[float]`), bias (`float`): the logistic model on standardized features.
         threshold (`float`): answers with `confidence < threshold` are abstained.
+        documents_threshold (`float`, *optional*): the threshold instead over any index but the model's own (a
+            user's documents, `pipeline("open-qa", model=..., index=...)`): the same confidence runs lower there,
+            where questions are worded as people ask and documents hold many facts of one kind, and the model's own
+            threshold abstained on half the right answers over a company's files. Chosen on sets of documents and
+            questions ([`choose_threshold`]); `None` uses `threshold` everywhere.
         metadata (`dict`): how it was fitted and what it measured (free-form, JSON-serializable).
     """
 
@@ -86,6 +91,7 @@ class Calibration:
     weights: list[float]
     bias: float
     threshold: float = 0.0
+    documents_threshold: float | None = None
     metadata: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -104,8 +110,15 @@ class Calibration:
             not math.isfinite(value) or value <= 0 for value in self.scale
         ):
             raise ValueError("calibration: every number must be finite and every scale positive")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"calibration: threshold must lie in [0, 1], received {self.threshold}")
+        for name in ("threshold", "documents_threshold"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                raise ValueError(f"calibration: {name} must lie in [0, 1], received {value}")
+
+    def threshold_for(self, own_index: bool) -> float:
+        """The threshold over the model's own index (`own_index`), or over another one (a user's documents:
+        `documents_threshold` where set)."""
+        return self.threshold if own_index or self.documents_threshold is None else self.documents_threshold
 
     def confidence(self, features: torch.Tensor | Sequence[Sequence[float]]) -> torch.Tensor:
         """Confidences in [0, 1] for features `(..., len(CALIBRATION_FEATURES))` in [`CALIBRATION_FEATURES`] order."""
@@ -130,7 +143,7 @@ class Calibration:
         missing = sorted(expected - set(payload))
         if missing:
             raise ValueError(
-                f"calibration: missing keys {missing}; expected {sorted(expected)} (+ threshold, metadata)"
+                f"calibration: missing keys {missing}; expected {sorted(expected)} (+ threshold, documents_threshold, metadata)"
             )
         return cls(
             features=[str(name) for name in payload["features"]],
@@ -139,6 +152,7 @@ class Calibration:
             weights=[float(value) for value in payload["weights"]],
             bias=float(payload["bias"]),
             threshold=float(payload.get("threshold", 0.0)),
+            documents_threshold=_optional_float(payload.get("documents_threshold")),
             metadata=dict(payload.get("metadata", {})),
         )
 
@@ -166,6 +180,10 @@ class Calibration:
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: not valid JSON ({error})") from error
         return cls.from_dict(payload)
+
+
+def _optional_float(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def set_aside_calibration(directory: str | os.PathLike) -> Path | None:

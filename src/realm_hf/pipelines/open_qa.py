@@ -36,6 +36,7 @@ speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks
 that says "your" is asked such questions; `abstain_on_personal_questions=False` turns it off).
 """
 
+import dataclasses
 import datetime
 import math
 import os
@@ -51,7 +52,7 @@ from transformers.pipelines.pt_utils import KeyDataset
 from transformers.utils import logging
 
 from ..evaluation.calibration import CALIBRATION_FEATURES, CALIBRATION_FILE, MAX_MARGIN, Calibration
-from ..loading import check_searcher_fits, find_retrieval, fit_beam_sizes, save_open_qa
+from ..loading import check_searcher_fits, find_retrieval, fit_beam_sizes, is_own_index, save_open_qa
 from ..modeling import RealmForOpenQA
 from ..retrieval.block_records import iter_record_texts, record_text
 from ..retrieval.hybrid import searching_for
@@ -163,6 +164,8 @@ class OpenQAPipeline(Pipeline):
         if searcher is not None:
             check_searcher_fits(self.model, searcher, str(index) if index is not None else "the searcher")
             self.model.searcher = searcher
+        if index is not None or searcher is not None:  # else as loaded (load_open_qa says whose index it searches)
+            self.model.searches_own_index = is_own_index(self.model.name_or_path or "", index, searcher)
         fit_beam_sizes(self.model)
         self.model.retriever = retriever
         if self.tokenizer is None:
@@ -719,7 +722,11 @@ class OpenQAPipeline(Pipeline):
         outputs = {key: value[0] for key, value in model_outputs.items()}
         calibration = calibration if calibration is not None else self._calibration()
         confidences = calibration.confidence(outputs["features"]).tolist() if calibration is not None else None
-        threshold = abstention_threshold if abstention_threshold is not None else getattr(calibration, "threshold", 0)
+        if abstention_threshold is not None:
+            threshold = abstention_threshold
+        else:  # over a user's documents, the calibration's threshold for documents where it has one
+            threshold = 0 if calibration is None else calibration.threshold_for(
+                getattr(self.model, "searches_own_index", True))  # fmt: skip
         names, asker = list(outputs["unknown_names"]), list(outputs["about_the_asker"])
         # Only where there is a calibration to abstain with at all, and a threshold that can abstain.
         unknown = confidences is not None and threshold > 0 and bool(names or asker)
@@ -824,6 +831,9 @@ class OpenQAPipeline(Pipeline):
         save_open_qa(self.model, self.retriever, save_directory, tokenizer=self.tokenizer, **kwargs)
         calibration = self._calibration()
         if calibration is not None:  # the confidence and the abstention threshold travel with the model
+            if not getattr(self.model, "searches_own_index", True):
+                # the index saved becomes the saved model's own: it keeps the threshold it was read with
+                calibration = dataclasses.replace(calibration, threshold=calibration.threshold_for(own_index=False))
             calibration.save(save_directory)
 
 
