@@ -174,6 +174,7 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
 
 
 TRAINING_SETS = sorted(path for path in (ROOT / "examples" / "document_training").iterdir() if path.is_dir())
+CALIBRATION_SETS = sorted(path for path in (ROOT / "examples" / "document_calibration").iterdir() if path.is_dir())
 
 
 @pytest.mark.parametrize(
@@ -182,12 +183,13 @@ TRAINING_SETS = sorted(path for path in (ROOT / "examples" / "document_training"
         ("own_documents", 12, {"dev", "test"}),
         ("town_documents", 12, {"dev", "test"}),
         *((f"document_training/{path.name}", 10, {"train"}) for path in TRAINING_SETS),
+        *((f"document_calibration/{path.name}", 20, {"calibration"}) for path in CALIBRATION_SETS),
     ],
 )
 def test_document_sets_answer_from_their_files_and_split_by_file(name, unanswerable, splits):
-    """The user-documents sets (two for evaluation, eight for training): every answer stands in its file as written,
-    unanswerable questions have none, and no file has questions in two splits (each set's README says how it was
-    written)."""
+    """The user-documents sets (two for evaluation, eight for training, four for the documents threshold): every
+    answer stands in its file as written, unanswerable questions have none, and no file has questions in two splits
+    (each set's README says how it was written)."""
     folder = ROOT / "examples" / name
     rows = [json.loads(line) for line in (folder / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
     texts = {path.name: path.read_text(encoding="utf-8") for path in (folder / "corpus").iterdir()}
