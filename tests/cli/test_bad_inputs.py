@@ -189,7 +189,8 @@ CLI_CASES = [
      "among the index's; expected another directory"),
     ("train-output-is-a-file", ["train", "--model", "{demo}", "--index", "{in}/finished", "--train-file",
                                 "{in}/qa-squad.jsonl", "--output-dir", "{in}/good.jsonl"], None, 2,
-     "good.jsonl is a file; expected a directory to write the checkpoints and the trained model in"),
+     "good.jsonl' is a file; expected a directory to write the checkpoints and the trained model in (a new one, e.g. "
+     "--output-dir my-model)"),
     ("eval-answers-squad-layout", ["evaluate", "--model", "{demo}", "--data", "{in}/qa-squad.jsonl"], None, 1,
      "line 1: expected 'answers' to be a list of strings (or one string), received a dict with keys"),
     ("eval-blank-question", ["evaluate", "--model", "{demo}", "--data", "{in}/qa-blank-question.jsonl"], None, 1,
@@ -240,6 +241,10 @@ CLI_CASES = [
                            "--device", "tpu"], None, 2, "expected auto, cpu, cuda or cuda:N, got 'tpu'"),
     ("ask-empty", ["ask", "--model", "{demo}", ""], None, 2, "expected a question, received only blank ones"),
     ("ask-blank", ["ask", "--model", "{demo}", "   "], None, 2, "expected a question, received only blank ones"),
+    ("demo-empty", ["demo", "--untrained", "--output", "{out}", ""], None, 2,
+     "expected a question, received only blank ones: ['']"),
+    ("demo-blank", ["demo", "--untrained", "--output", "{out}", "   ", ""], None, 2,
+     "expected a question, received only blank ones: ['   ', '']"),
     ("ask-one-empty-of-two", ["ask", "--model", "{demo}", "Where is Paris?", ""], None, 1,
      "1 of 2 questions could not be asked (first: expected a question, received an empty string)"),
     ("ask-lone-surrogate", ["ask", "--model", "{demo}", "caf\udce9?"], None, 1, "lone surrogate '\\udce9'"),
@@ -314,7 +319,7 @@ CLI_CASES = [
      "index to replace"),
     ("build-output-under-a-file", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
                                    "{in}/good.jsonl/index"], None, 2,
-     "good.jsonl/index': expected a directory to write in, but "),
+     "/good.jsonl, which is a file; expected a directory to write in"),
     ("build-over-empty-leftover", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
                                    "{in}/leftover"], None, 1, "holds a partial build over another corpus (0 documents"),
     ("add-to-a-non-index", ["index", "add", "--index", "{in}/leftover", "--model", "{demo}", "--corpus",
@@ -387,6 +392,26 @@ def test_an_output_that_cannot_be_made_is_named_before_the_corpus_is_read(inputs
         "realm-hf index build: error: --output '/proc/realm-hf-index': expected a directory to write in, but its "
         "parent /proc takes no new files (No such file or directory)"
     )
+
+
+@pytest.mark.parametrize("questions", [[""], ["   "], ["", " \t "]], ids=["empty", "blank", "two-blank"])
+def test_demo_refuses_only_blank_questions_as_ask_does(questions, demo_dir, capsys, monkeypatch):
+    """`demo ""` is a usage error, in `ask ""`'s words and exit code, before any model is built or loaded (with the
+    default model or the untrained demo model alike)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was built or loaded for blank questions")
+
+    monkeypatch.setattr("realm_hf.cli.main._load", refuse)
+    monkeypatch.setattr("realm_hf.cli.main._ensure_demo_model", refuse)
+    assert main(["ask", "--model", str(demo_dir), *questions]) == 2
+    ask_error = capsys.readouterr().err.strip()
+    assert ask_error.startswith("realm-hf ask: error: expected a question, received only blank ones: "), ask_error
+    for demo in (["demo"], ["demo", "--untrained"]):
+        assert main([*demo, *questions]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.strip() == ask_error.replace("realm-hf ask:", "realm-hf demo:", 1)
+        assert captured.out == ""
 
 
 def test_ask_answers_the_good_questions_of_a_batch_and_flags_the_bad(demo_dir, capsys):

@@ -108,7 +108,8 @@ CASES = [
      "--config {in}/notes: the directory holds no config.json"),
     ("convert-output-is-a-file", ["convert", "tf", "--checkpoint", "{tf}/orqa", "--config", "{tf}/config.json",
                                   "--output", "{in}/docs.jsonl"], 2,
-     "--output '{in}/docs.jsonl' is a file; expected a directory to write the converted model in"),
+     "--output '{in}/docs.jsonl' is a file; expected a directory to write the converted model in (a new or empty "
+     "one)"),
     ("convert-missing-titles", ["convert", "tf", "--block-emb", "{tf}/encoded/encoded.ckpt", "--blocks",
                                 "{tf}/blocks.tfr", "--titles", "{in}/no-titles.tfr", "--output", "{out}"], 1,
      "--titles '{in}/no-titles.tfr': no such file (expected titles.tfr"),
@@ -126,7 +127,8 @@ CASES = [
     ("demo-output-is-another-model", ["demo", "--untrained", "--output", "{in}/comp", "q?"], 2,
      "already holds a model that is not the demo model (block_records.safetensors, config.json, index, "),
     ("demo-output-is-a-file", ["demo", "--untrained", "--output", "{in}/docs.jsonl", "q?"], 2,
-     "--output {in}/docs.jsonl is a file; expected a directory to save the demo model in"),
+     "--output '{in}/docs.jsonl' is a file; expected a directory to save the demo model in (a new one, or a demo "
+     "model saved before)"),
 ]  # fmt: skip
 
 

@@ -169,8 +169,10 @@ def _no_corpus_reading(monkeypatch):
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        ("output-file", "--output-dir '{a_file}' is a file; expected a directory"),
-        ("output-under-file", "--output-dir '{a_file}/out': expected a directory to write in, but {a_file} is a file"),
+        ("output-file", "--output-dir '{a_file}' is a file; expected a directory to write the checkpoints, indexes "
+                        "and pretrained parts in (a new one, or one of an earlier run to resume)"),
+        ("output-under-file", "--output-dir '{a_file}/out' is inside {a_file}, which is a file; expected a directory "
+                              "to write the checkpoints, indexes and pretrained parts in"),
         ("entities-missing", "--entities '{root}/nope.txt': no such file (expected a text file of entity names, one "
                              "per line)"),
         ("entities-directory", "--entities '{root}' is a directory; expected a text file of entity names"),

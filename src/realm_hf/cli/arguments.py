@@ -328,25 +328,31 @@ def refuse_to_overwrite(output: Path, option: str = "--output", resumable: bool 
                          "remove it, or write somewhere else")  # fmt: skip
 
 
-def check_writable_directory(path: Path, option: str = "--output") -> None:
-    """Raises `UsageError` unless `path` is, or can be made, a directory to write in: its nearest existing ancestor
-    must be a directory that takes a new entry (tried with an empty directory, removed at once). A command checks its
-    output so before it reads or loads anything, and names the cause, not a bare `[Errno 2]` after minutes."""
+def check_writable_directory(path: str | Path, option: str = "--output", purpose: str = "write in") -> None:
+    """Raises `UsageError` unless `path` is, or can be made, a directory to write in: not a file, not inside one, and
+    its nearest existing ancestor takes a new entry (tried with an empty directory, removed at once). A command checks
+    its output so before it reads or loads anything, and names the cause, not a bare `[Errno 2]` after minutes.
+
+    The message names `option`, `path` as received, and what was expected: "a directory to `purpose`", e.g.
+    `--output-dir 'x' is a file; expected a directory to write the trained model in (a new one)` for
+    `purpose="write the trained model in (a new one)"`."""
     import tempfile
 
     from realm_hf.errors import UsageError
 
+    received = str(path)
     path = Path(path)
     ancestor = path.absolute()
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise UsageError(f"{option} {str(path)!r}: expected a directory to write in, but {ancestor} is a file")
+        where = "is a file" if ancestor == path.absolute() else f"is inside {ancestor}, which is a file"
+        raise UsageError(f"{option} {received!r} {where}; expected a directory to {purpose}")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".realm-hf-write-check-", dir=ancestor))
     except OSError as error:
         where = "it" if ancestor == path.absolute() else f"its parent {ancestor}"
-        raise UsageError(f"{option} {str(path)!r}: expected a directory to write in, but {where} takes no new files "
+        raise UsageError(f"{option} {received!r}: expected a directory to {purpose}, but {where} takes no new files "
                          f"({error.strerror or error})") from None  # fmt: skip
 
 

@@ -73,14 +73,11 @@ def _check_inputs(args):
     written (a new or empty directory), `--config` and `--vocab` load, `--blocks` and `--titles` are files, and
     `--checkpoint` and `--block-emb` are checkpoints (their index files read, not their data)."""
     from realm_hf.conversion.tf_reader import TFCheckpointReader
-    from realm_hf.errors import InputError, UsageError
+    from realm_hf.errors import InputError
 
     output = Path(args.output)
-    if output.exists() and not output.is_dir():
-        raise UsageError(f"--output {args.output!r} is a file; expected a directory to write the converted model in "
-                         "(a new or empty one)")  # fmt: skip
     refuse_to_overwrite(output)
-    check_writable_directory(output, "--output")
+    check_writable_directory(args.output, "--output", purpose="write the converted model in (a new or empty one)")
     config = _load_config(args.config) if args.config else None
     tokenizer = None
     if args.vocab:

@@ -165,9 +165,6 @@ def _check_demo_output(output: Path) -> None:
     left alone (the demo model's files would be written among them)."""
     from realm_hf.errors import UsageError
 
-    if output.exists() and not output.is_dir():
-        raise UsageError(f"--output {output} is a file; expected a directory to save the demo model in (a new one, "
-                         "or a demo model saved before)")  # fmt: skip
     held = sorted(path.name for path in output.iterdir()) if output.is_dir() else []
     if held and not _is_demo_model(output, held):
         if "index.json" in held:
@@ -180,7 +177,8 @@ def _check_demo_output(output: Path) -> None:
         raise UsageError(f"--output {output} already holds {what} ({shown}): expected a new or empty directory, or a "
                          "demo model saved there before (it is rebuilt); save the demo model somewhere "
                          "else")  # fmt: skip
-    check_writable_directory(output, "--output")
+    check_writable_directory(output, "--output", purpose="save the demo model in (a new one, or a demo model saved "
+                             "before)")  # fmt: skip
 
 
 def _is_demo_model(directory: Path, held: list[str]) -> bool:
@@ -258,9 +256,14 @@ def read_questions(stream) -> list[str]:
 
 
 def questions_from_arguments(arguments: list[str]) -> list[str]:
-    """The questions given as arguments. Several arguments of one word each are one question the shell split at its
-    spaces (`realm-hf ask Who wrote Hamlet?`): they are asked as one, with a note on stderr. Arguments with spaces in
-    them are one question each."""
+    """The questions given as arguments (`ask`, `demo`). Several arguments of one word each are one question the shell
+    split at its spaces (`realm-hf ask Who wrote Hamlet?`): they are asked as one, with a note on stderr. Arguments
+    with spaces in them are one question each. Arguments that are all empty or blank raise `UsageError` (exit code 2);
+    a blank one among real questions is flagged when it is asked, and the others answered."""
+    from realm_hf.errors import UsageError
+
+    if arguments and all(not argument.strip() for argument in arguments):
+        raise UsageError(f"expected a question, received only blank ones: {arguments!r:.100}")
     words = [argument.strip() for argument in arguments]
     if len(words) > 1 and all(word and not any(character.isspace() for character in word) for word in words):
         question = " ".join(words)
@@ -278,8 +281,6 @@ def cmd_ask(args) -> int:
         if sys.stdin.isatty():
             raise UsageError("expected questions as arguments or on standard input (one per line), received none")
         questions = read_questions(sys.stdin)
-    elif all(not question.strip() for question in questions):
-        raise UsageError(f"expected a question, received only blank ones: {questions!r:.100}")
     model_path = args.model
     if model_path is None:
         from realm_hf.default_model import default_model_dir

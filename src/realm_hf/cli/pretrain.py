@@ -13,6 +13,7 @@ from realm_hf.precision import add_precision_argument, precision_from_args
 from .arguments import (
     TRAINER_FLAGS_HELP,
     add_trainer_flags,
+    check_writable_directory,
     finished_run,
     model_location,
     non_negative_float,
@@ -64,18 +65,6 @@ CORPUS_RECORD = "corpus.json"
 # from another corpus and there is no checkpoint to resume. The final parts (embedder/, encoder/, ...) are replaced
 # when the new run ends.
 RUN_FILES = ("checkpoints", "refresh", "initial_index", "sentences.jsonl", CORPUS_RECORD, "pretrain_results.json")
-
-
-def _check_output_dir(output: Path, option: str = "--output-dir") -> None:
-    """`UsageError` where `output` is a file, lies under one, or cannot be written in: said before anything loads."""
-    from realm_hf.errors import UsageError
-
-    from .arguments import check_writable_directory
-
-    if output.exists() and not output.is_dir():
-        raise UsageError(f"{option} {str(output)!r} is a file; expected a directory (a new one, or one of an earlier "
-                         "run to resume) to write the checkpoints, indexes and pretrained parts in")  # fmt: skip
-    check_writable_directory(output, option)
 
 
 def _entity_names(path: str | None) -> list[str] | None:
@@ -377,7 +366,8 @@ def cmd_pretrain(args) -> int:
         if getattr(args, option) is not None:
             setattr(args, option, model_location(getattr(args, option), f"--{option.replace('_', '-')}"))
     output = Path(args.output_dir)
-    _check_output_dir(output)
+    check_writable_directory(args.output_dir, "--output-dir", purpose="write the checkpoints, indexes and pretrained "
+                             "parts in (a new one, or one of an earlier run to resume)")  # fmt: skip
     entity_names = _entity_names(args.entities)
     if args.index:
         args.index = str(check_index(args.index, "--index"))

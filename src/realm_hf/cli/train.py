@@ -12,6 +12,7 @@ from realm_hf.precision import add_precision_argument, precision_from_args
 from .arguments import (
     TRAINER_FLAGS_HELP,
     add_trainer_flags,
+    check_writable_directory,
     finished_run,
     model_location,
     positive_float,
@@ -325,22 +326,21 @@ RUN_KEY_FILE = "run.json"
 
 def _check_output_dir(output: Path, args) -> None:
     """`--output-dir` is a directory training may write in: not the model it starts from, not an index (the model's
-    files would mix with the index's), not a file. Checked before anything is read."""
+    files would mix with the index's), not a file nor inside one, and writable. Checked before anything is read."""
     from realm_hf.errors import UsageError
     from realm_hf.loading import INDEX_MANIFEST
 
     if Path(args.model).is_dir() and output.resolve() == Path(args.model).resolve():
         raise UsageError(f"--output-dir {args.output_dir} is the model you start from (--model): training would "
                          "overwrite it; expected another directory, e.g. --output-dir my-model")  # fmt: skip
-    if output.is_file() or (output.exists() and not output.is_dir()):
-        raise UsageError(f"--output-dir {args.output_dir} is a file; expected a directory to write the checkpoints "
-                         "and the trained model in (a new one, e.g. --output-dir my-model)")  # fmt: skip
     if (output / INDEX_MANIFEST).is_file():
         same = args.index is not None and output.resolve() == Path(args.index).resolve()
         what = "the index you train over (--index)" if same else "an index"
         raise UsageError(f"--output-dir {args.output_dir} is {what} (it holds {INDEX_MANIFEST}): training would write "
                          "the model's files among the index's; expected another directory, e.g. --output-dir "
                          "my-model")  # fmt: skip
+    check_writable_directory(args.output_dir, "--output-dir", purpose="write the checkpoints and the trained model "
+                             "in (a new one, e.g. --output-dir my-model)")  # fmt: skip
 
 
 def _run_key(args) -> dict:
