@@ -241,13 +241,115 @@ def test_missing_files_are_named(tmp_path):
 
 
 def test_bad_index_is_refused(tmp_path, checkpoint_dir, index_dir):
-    with pytest.raises(FileNotFoundError, match="not a realm_hf index"):
+    with pytest.raises(ValueError, match=r"index_dir= expects an index directory holding index\.json"):
         push_to_hub(checkpoint_dir, "user/x", index_dir=tmp_path)
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "index.json").write_bytes((index_dir / "index.json").read_bytes())
-    with pytest.raises(FileNotFoundError, match="embeddings-00000.safetensors"):
+    with pytest.raises(ValueError, match=r"index_dir= '.*broken' is damaged: .*embeddings-00000.safetensors"):
         push_to_hub(checkpoint_dir, "user/x", index_dir=broken)
+
+
+@pytest.fixture
+def hub_calls(monkeypatch) -> list[str]:
+    """The HfApi calls a push makes, none of which is let through: a check that fails first leaves the list empty."""
+    import realm_hf.hub
+
+    calls = []
+    for name in ("create_repo", "create_branch", "create_commit", "upload_folder"):
+
+        def refuse(*args, _name=name, **kwargs):
+            calls.append(_name)
+            raise AssertionError(f"HfApi.{_name} was called: the push reached the network")
+
+        monkeypatch.setattr(realm_hf.hub.HfApi, name, refuse)
+    return calls
+
+
+def _damage(index: Path, how: str) -> None:
+    if how == "missing shard":
+        (index / "embeddings-00001.safetensors").unlink()
+    elif how == "no index.json":
+        (index / "index.json").unlink()
+    elif how == "unfinished build":
+        (index / "build.json").write_text("{}")
+    elif how == "truncated shard":
+        shard = index / "embeddings-00000.safetensors"
+        shard.write_bytes(shard.read_bytes()[:-40])
+    elif how == "documents of another count":
+        import shutil
+
+        records = RealmRetriever.from_pretrained(index.parent / "checkpoint").block_records
+        shutil.rmtree(index / "documents")
+        DocumentStore.from_block_records(records[:5]).save(index / "documents")
+
+
+@pytest.mark.parametrize(
+    "how, expected",
+    [
+        ("missing shard", "is damaged: index shard {index}/embeddings-00001.safetensors is missing; expected the "
+                          "manifest, shards and documents/ that `realm-hf index build` writes"),
+        ("no index.json", "is an unfinished `realm-hf index build` (it has no index.json yet)"),
+        ("unfinished build", "holds an unfinished build or `index add` (build.json is still there); expected a "
+                             "finished index"),
+        ("truncated shard", "is damaged: {index}/embeddings-00000.safetensors is truncated: expected "),
+        ("documents of another count", "is damaged: {index} is inconsistent: 5 documents in {index}/documents but 16 "
+                                       "embedded blocks"),
+    ],
+)  # fmt: skip
+def test_cli_push_names_a_damaged_index_before_sending_anything(tmp_path, checkpoint_dir, index_dir, hub_calls,
+                                                                capsys, how, expected):  # fmt: skip
+    import shutil
+
+    shutil.copytree(checkpoint_dir, tmp_path / "checkpoint")
+    index = shutil.copytree(index_dir, tmp_path / "index")
+    _damage(index, how)
+    assert main(["push", str(tmp_path / "checkpoint"), "user/x", "--index", str(index)]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"realm-hf push: error: --index {str(index)!r} "), last
+    assert expected.format(index=index) in last, last
+    assert hub_calls == []
+
+
+def test_cli_push_refuses_an_index_of_another_dimension(tmp_path, checkpoint_dir, index_dir, hub_calls, capsys):
+    import shutil
+
+    import torch
+
+    dim = json.loads((checkpoint_dir / "config.json").read_text())["retriever_proj_size"]
+    index = tmp_path / "index"
+    write_index(torch.randn(16, dim // 2), index, shard_size=10)
+    shutil.copytree(index_dir / "documents", index / "documents")  # the right documents, embedded by another model
+    assert main(["push", str(checkpoint_dir), "user/x", "--index", str(index)]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"realm-hf push: error: --index {str(index)!r} holds {dim // 2}-d block embeddings but the model's "
+                    f"embedder makes {dim}-d ones (config.retriever_proj_size): build the index with this model's "
+                    "embedder (realm-hf index build --model ...).")  # fmt: skip
+    assert hub_calls == []
+    with pytest.raises(ValueError, match=rf"index_dir= '.*' holds {dim // 2}-d block embeddings"):
+        push_to_hub(checkpoint_dir, "user/x", index_dir=index)
+    assert hub_calls == []
+
+
+def test_cli_push_refuses_an_index_of_other_documents(tmp_path, checkpoint_dir, hub_calls, capsys):
+    """An index without documents/ is read with the checkpoint's block records: it must have one block per record."""
+    model = RealmForOpenQA.from_pretrained(checkpoint_dir)
+    index = tmp_path / "index"
+    write_index(model.block_emb[:10], index)
+    assert main(["push", str(checkpoint_dir), "user/x", "--index", str(index)]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"realm-hf push: error: --index {str(index)!r} holds 10 blocks and no documents/ of its own, but "
+                    f"the documents it would be read with, {checkpoint_dir / 'block_records.safetensors'}, hold "
+                    f"{model.block_emb.shape[0]}: expected an index built over these documents (block ids would "
+                    "point at the wrong text); build it with `realm-hf index build`, which keeps them in documents/")  # fmt: skip
+    assert hub_calls == []
+
+
+def test_cli_push_checks_a_good_index_and_goes_on(checkpoint_dir, index_dir, hub_calls, capsys):
+    """The index checks pass a good index: the push gets as far as the Hub (refused here)."""
+    assert main(["push", str(checkpoint_dir), "user/x", "--index", str(index_dir)]) == 1
+    assert "HfApi.create_repo was called" in capsys.readouterr().err
+    assert hub_calls == ["create_repo"]
 
 
 def test_cli_push_reports_a_bad_directory(tmp_path, capsys):

@@ -141,6 +141,61 @@ def _index_files(index_dir: Path) -> list[Path]:
     return [index_dir / MANIFEST_NAME, *shards, *documents]
 
 
+def check_index_dir(index_dir: str | os.PathLike, directory: str | os.PathLike, *, option: str = "index_dir=") -> Path:
+    """Checks, before anything is sent, that the index `index_dir` can go up beside the checkpoint in `directory` and
+    be searched there; returns the index directory (`index_dir`, or the `index/` of a model directory given as it).
+
+    Reading headers only, as `realm-hf serve|ask --index` do (`realm_hf.loading.check_index`): the manifest, every
+    shard and `documents/` (one document per block); then that the build is finished, that the embeddings have the
+    model's `config.retriever_proj_size` dimensions, and, for an index without `documents/`, that it holds one block
+    per document of the checkpoint (its `documents/`, `corpus.json` or block records: what the uploaded index is read
+    with). Errors name the index as `option` ("--index" on the command line).
+
+    Raises:
+        MissingFileError: `index_dir` does not exist.
+        FileFormatError: it holds no index, an unfinished one or a damaged one.
+        IndexMismatchError: its block count is not the checkpoint's document count.
+        ValueError: its embedding dimension is not the model's.
+    """
+    from types import SimpleNamespace
+
+    from .errors import FileFormatError, IndexMismatchError, MissingFileError
+    from .loading import DOCUMENTS_DIR, _find_block_records, check_index, check_searcher_fits, index_directory
+    from .modeling import RealmConfig
+    from .retrieval import open_searcher
+
+    if not Path(index_dir).exists():  # worded as push has always said it
+        raise MissingFileError(f"{option} {index_dir}: no such directory (expected an index directory written by "
+                               f"`realm-hf index build`, holding {MANIFEST_NAME})")  # fmt: skip
+    shown = f"{option} {str(index_dir)!r}"
+    found = index_directory(index_dir, option)  # a file, not an index, an unfinished first build
+    if (found / MANIFEST_NAME).is_file() and (found / _INDEX_BUILD_STATE).is_file():
+        raise FileFormatError(f"{shown} holds an unfinished build or `index add` ({_INDEX_BUILD_STATE} is still "
+                              "there); expected a finished index: run the same command again to finish it",
+                              path=found)  # fmt: skip
+    check_index(index_dir, option)  # manifest, shards and documents/ agree
+    if not (found / MANIFEST_NAME).is_file():
+        raise FileFormatError(f"{shown} is a faiss searcher (`realm-hf index compress`, no {MANIFEST_NAME}); expected "
+                              f"an index directory with {MANIFEST_NAME} and its shards (`realm-hf index build`)",
+                              path=found)  # fmt: skip
+    searcher = open_searcher(found)  # memory-mapped: nothing is read but headers
+    check_searcher_fits(SimpleNamespace(config=RealmConfig.from_pretrained(directory)), searcher, shown)
+    if not (found / DOCUMENTS_DIR).is_dir():  # the uploaded index is read with the checkpoint's documents
+        try:
+            records, source = _find_block_records(directory, Path(directory), None, {})
+        except ValueError:
+            logger.warning(f"{shown} has no {DOCUMENTS_DIR}/ and {directory} holds no documents either: the uploaded "
+                           "index cannot be searched for answers until the repo gets them.")  # fmt: skip
+            return found
+        if len(records) != searcher.num_blocks:
+            raise IndexMismatchError(f"{shown} holds {searcher.num_blocks} blocks and no {DOCUMENTS_DIR}/ of its "
+                                     f"own, but the documents it would be read with, {source}, hold {len(records)}: "
+                                     "expected an index built over these documents (block ids would point at the "
+                                     "wrong text); build it with `realm-hf index build`, which keeps them in "
+                                     f"{DOCUMENTS_DIR}/", path=found)  # fmt: skip
+    return found
+
+
 def _find_index(directory: Path) -> str | None:
     """Where in `directory` an index lives ("" for the directory itself, "index", ...), or None."""
     if (directory / MANIFEST_NAME).is_file():
@@ -162,6 +217,7 @@ def push_to_hub(
     commit_message: str = DEFAULT_COMMIT_MESSAGE,
     base_model: str | None = None,
     license: str | None = None,
+    index_option: str = "index_dir=",
 ) -> CommitInfo:
     r"""
     Uploads a saved REALM checkpoint directory to the Hub in one commit, creating the repo if needed.
@@ -180,6 +236,8 @@ def push_to_hub(
         revision (`str`, *optional*): the branch to commit to (created if missing); default: main.
         commit_message (`str`): the commit's title.
         base_model, license (`str`, *optional*): metadata for a generated card.
+        index_option (`str`, defaults to `"index_dir="`): how errors about `index_dir` name it (the command line
+            passes "--index").
 
     Returns:
         `huggingface_hub.CommitInfo` of the commit (`.oid`, `.commit_url`).
@@ -200,7 +258,8 @@ def push_to_hub(
             raise ValueError(
                 f"{directory} already holds an index (or an {INDEX_PATH_IN_REPO}/ folder); remove it or drop --index."
             )
-        index_dir = Path(index_dir)
+        # checked before anything is sent: complete, finished, of the model's dimension and its documents' count
+        index_dir = check_index_dir(index_dir, directory, option=index_option)
         operations += [
             CommitOperationAdd(
                 path_in_repo=f"{INDEX_PATH_IN_REPO}/{path.relative_to(index_dir).as_posix()}",
@@ -302,4 +361,11 @@ def push_model_to_hub(
         )
 
 
-__all__ = ["DEFAULT_COMMIT_MESSAGE", "INDEX_PATH_IN_REPO", "check_checkpoint_dir", "push_model_to_hub", "push_to_hub"]
+__all__ = [
+    "DEFAULT_COMMIT_MESSAGE",
+    "INDEX_PATH_IN_REPO",
+    "check_checkpoint_dir",
+    "check_index_dir",
+    "push_model_to_hub",
+    "push_to_hub",
+]

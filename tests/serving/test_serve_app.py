@@ -264,6 +264,25 @@ def test_a_busy_port_is_reported_before_loading_the_model(capsys):
     assert "loading" not in error
 
 
+@pytest.mark.parametrize(
+    "host, received",
+    [
+        ("999.1.1.1", "is not a valid IP address"),
+        ("no-such-host.invalid", "is not an IP address or a host name that resolves"),
+        ("192.0.2.1", "is not an address of this machine"),  # TEST-NET-1: a valid address, but not this machine's
+    ],
+)
+def test_a_host_that_cannot_be_listened_on_is_named_before_loading_the_model(host, received, capsys):
+    """Nothing is served: the address is tried (bound, never listened on) before the model loads, and refused."""
+    assert main(["serve", "--model", "/no/such/model", "--host", host, "--port", "8765"]) == 1
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1, error
+    assert error.startswith(f"realm-hf serve: error: --host {host!r} {received} ("), error
+    assert error.rstrip().endswith("; expected an address of this machine, such as 127.0.0.1 (this machine only) or "
+                                   "0.0.0.0 (all interfaces)"), error  # fmt: skip
+    assert "Traceback" not in error and "--port" not in error
+
+
 def test_a_missing_extra_names_the_extra_to_install(monkeypatch, capsys):
     monkeypatch.setattr(serve_cli, "EXTRA_MODULES", ("starlette", "realm_hf_no_such_module"))
     assert main(["serve"]) == 1

@@ -29,6 +29,8 @@ def cmd_push(args) -> int:
     except HFValidationError as error:
         raise UsageError(f"REPO_ID {args.repo_id!r}: expected 'name' or 'namespace/name' ({error})") from None
 
+    # push_to_hub checks DIR and --index (complete, finished, of the model's dimension and its documents' count) before
+    # anything is sent; what it finds is named as --index, exit code 1 as for a bad DIR
     try:
         commit = push_to_hub(
             args.directory,
@@ -40,6 +42,7 @@ def cmd_push(args) -> int:
             commit_message=args.message or DEFAULT_COMMIT_MESSAGE,
             base_model=args.base_model,
             license=args.license,
+            index_option="--index",
         )
     except Exception as error:
         refused = _refusal(error, args)

@@ -1,7 +1,9 @@
 """`realm-hf serve`: a local web page and a JSON endpoint that answer questions with highlighted evidence."""
 
 import argparse
+import errno
 import ipaddress
+import re
 import socket
 import sys
 
@@ -60,6 +62,23 @@ def _port_in_use(host: str, port: int) -> OSError | None:
     return None
 
 
+HOST_EXPECTED = (
+    "expected an address of this machine, such as 127.0.0.1 (this machine only) or 0.0.0.0 (all interfaces)"
+)
+
+
+def _listen_error(host: str, port: int, error: OSError) -> str:
+    """What binding `host:port` failed with, in one line naming the option at fault: --host for an address that is not
+    an IP address, a host name this machine resolves or one of its own addresses; --port otherwise (busy, reserved)."""
+    reason = error.strerror or str(error)
+    if isinstance(error, socket.gaierror):  # not an IP address, and no host name this machine can resolve
+        what = "a valid IP address" if re.fullmatch(r"[\d.]+", host) else "an IP address or a host name that resolves"
+        return f"--host {host!r} is not {what} ({reason}); {HOST_EXPECTED}"
+    if error.errno == errno.EADDRNOTAVAIL:  # a valid address, but another machine's
+        return f"--host {host!r} is not an address of this machine ({reason}); {HOST_EXPECTED}"
+    return f"cannot listen on {host}:{port}: {reason}. Pass another --port (or --host)."
+
+
 def cmd_serve(args) -> int:
     missing = missing_serve_modules()
     if missing:
@@ -68,8 +87,7 @@ def cmd_serve(args) -> int:
         return 1
     error = _port_in_use(args.host, args.port)
     if error is not None:
-        print(f"realm-hf serve: error: cannot listen on {args.host}:{args.port}: {error.strerror or error}. "
-              "Pass another --port (or --host).", file=sys.stderr)  # fmt: skip
+        print(f"realm-hf serve: error: {_listen_error(args.host, args.port, error)}", file=sys.stderr)
         return 1
     model_path, model_name, examples = args.model, args.model, []
     if model_path is None:
