@@ -30,7 +30,8 @@ expected timings of each stage on a 2-core CPU: docs/default-model.md.
                    --output-dir.
 11. calibrate      the exported model's calibrated confidence and abstention threshold (calibration.json), the
                    per-source table of dense vs BM25 vs hybrid candidates (--bm25-weights: BM25 terms in the
-                   hybrid's relevance to try) and the accuracy-coverage plot (examples/evaluate_question_sources.py).
+                   hybrid's relevance to try) and the accuracy-coverage plot (examples/evaluate_question_sources.py);
+                   its threshold over a user's documents is chosen on examples/document_calibration.
 
 Nothing here is specific to the default model: the same stages train REALM/ORQA on any corpus and question set.
 """
@@ -764,6 +765,11 @@ def stage_calibrate(args) -> None:
     if args.calibration_feature_sets:
         command += ["--feature-sets", *args.calibration_feature_sets]
     command += ["--dev-budget", f"{args.calibration_dev_budget:g}"]
+    # the threshold over a user's documents, chosen on sets written for it; checked on the two evaluation sets
+    examples = Path(__file__).parent
+    command += ["--document-sets", *[str(path) for path in sorted((examples / "document_calibration").iterdir())
+                                     if path.is_dir()],
+                "--check-document-sets", str(examples / "own_documents"), str(examples / "town_documents")]  # fmt: skip
     logger.info("%s", " ".join(command))
     subprocess.run(command, check=True)
 

@@ -24,6 +24,10 @@
    pooled). Both goals are measured on the test split (at most --max-test-per-source per source) and on
    --check-questions (questions people wrote, of no source, never fitted on); `calibration.json` is written into
    --model, and an accuracy-coverage plot (--plot, needs matplotlib: `pip install realm_hf[plot]`).
+5. With --document-sets (and --fit-calibration): each set of documents and questions read over an index of its own
+   documents, as a user's; the calibration's threshold over a user's documents (`documents_threshold`) is the highest
+   that abstains on at most --max-correct-abstained of their right answers, pooled (leave-one-set-out reported).
+   --check-document-sets are read alike and never fitted on.
 
 Writes one JSON (--output) with every number; the model card and docs/default-model.md quote it.
 """
@@ -126,6 +130,37 @@ def read(open_qa, searcher, rows: list[dict], batch_size: int) -> list[dict]:
     return answers_with_features(open_qa, [row["question"] for row in rows], batch_size)
 
 
+def read_document_sets(model_dir: Path, folders: list[Path], batch_size: int) -> dict[str, tuple[list, list]]:
+    """Each document set's questions (a folder of `corpus/` and `questions.jsonl`, as examples/own_documents) answered
+    over an index of its own documents alone, built with the model as `realm-hf index build` builds a user's, and read
+    through the pipeline as a user's `pipeline("open-qa", model=..., index=...)` reads them: `{"documents/<folder
+    name>": (rows, results)}`, results as [`read`] gives them."""
+    import tempfile
+
+    from transformers import pipeline
+
+    from realm_hf.cli.main import main as cli
+    from realm_hf.pipelines.open_qa import answers_with_features
+
+    read_sets = {}
+    with tempfile.TemporaryDirectory(prefix="document-index-") as scratch:
+        for folder in folders:
+            index = Path(scratch) / folder.name
+            code = cli(["index", "build", "--model", str(model_dir), "--corpus", str(folder / "corpus"), "--output",
+                        str(index), "--quiet"])  # fmt: skip
+            if code != 0:
+                raise SystemExit(f"{folder}: realm-hf index build failed with exit code {code}")
+            open_qa = pipeline("open-qa", model=str(model_dir), index=str(index), device="cpu")
+            open_qa._cached_calibration = None  # features are read here, not confidences
+            rows = read_jsonl(folder / "questions.jsonl")
+            started = time.time()
+            results = answers_with_features(open_qa, [row["question"] for row in rows], batch_size)
+            read_sets[f"documents/{folder.name}"] = (rows, results)
+            logger.info("documents %s: %d questions read in %.0f s, EM %.3f", folder.name, len(rows),
+                        time.time() - started, score(results, rows)["exact_match"])  # fmt: skip
+    return read_sets
+
+
 def recall(per_k: dict[int, list[list[int]]], rows: list[dict], block_texts) -> dict:
     from realm_hf.evaluation.metrics import has_answer
 
@@ -216,8 +251,29 @@ def main(argv=None) -> None:
         help="files of questions of no source (JSONL with answers) read once with the fitted calibration: a check of "
         "how it abstains on questions people write, unlike the dev sets (never used for fitting)",
     )
+    parser.add_argument(
+        "--document-sets",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="folders of documents and questions (corpus/, questions.jsonl, as examples/document_calibration/*), "
+        "each read over an index of its own documents: the calibration's threshold over a user's documents "
+        "(documents_threshold) is chosen on them (with --fit-calibration). The model's confidence runs lower over "
+        "people's documents, and its own threshold abstained on half the right answers over a company's files",
+    )
+    parser.add_argument(
+        "--check-document-sets",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="folders as --document-sets, read alike with the fitted calibration and never fitted on (a check: "
+        "examples/own_documents, examples/town_documents)",
+    )
     parser.add_argument("--plot", type=Path, default=None, help="accuracy-coverage PNG (with --fit-calibration)")
     args = parser.parse_args(argv)
+    for folder in [*args.document_sets, *args.check_document_sets]:  # before the work, not after it
+        if not ((folder / "corpus").is_dir() and (folder / "questions.jsonl").is_file()):
+            raise SystemExit(f"{folder}: expected a folder of documents and questions (corpus/ and questions.jsonl)")
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:  # before the work, not after it
         raise SystemExit("--plot needs matplotlib: pip install 'realm_hf[plot]'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -334,7 +390,9 @@ def main(argv=None) -> None:
     model.searcher = searchers[chosen]
 
     if args.fit_calibration:
-        report["calibration"] = calibrate(args, open_qa, searchers[chosen], dev_rows, dev_results[chosen])
+        report["calibration"] = calibrate(args, open_qa, searchers[chosen], dev_rows, dev_results[chosen],
+                                          read_document_sets(args.model, args.document_sets, args.batch_size),
+                                          read_document_sets(args.model, args.check_document_sets, args.batch_size))  # fmt: skip
         report["calibration"]["searcher"] = chosen
         _write(args.output, report)
     _write(args.output, report)
@@ -347,15 +405,97 @@ def _correct(results, rows):
             for result, row in zip(results, rows, strict=True)]  # fmt: skip
 
 
-def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
+def _confidence(calibration, features, unknown):
+    # As the pipeline abstains: a question naming a word no block holds, or asking about its asker over a corpus that
+    # never speaks to or as a person, is abstained on whatever its confidence.
+    return calibration.confidence(features).masked_fill(unknown, 0.0)
+
+
+def choose_calibration(features, correct, answerable, sources, unknown, feature_sets, goal, dev_budget,
+                       pooled_threshold=False) -> dict:  # fmt: skip
+    """The calibration fitted on the dev answers (features `(N, F)`, correct, answerable and unknown `(N,)`, one
+    source name each) and its threshold: for each of `feature_sets`, the largest budget (the share of each source's
+    right answers the threshold may abstain on, in 1% steps up to `dev_budget`) at which a calibration fitted without
+    a source abstains on at most `goal` of that source's right answers, for every source (leave-one-source-out, a
+    stand-in for kinds of question no dev set has); of those, the set that then abstains on the most unanswerable dev
+    questions (ties: the lower worst held-out share, then a set of the kind features). Returns `{"calibration"
+    (threshold set), "features_chosen", "budget", "feature_sets" (each set's held-out results), "dev" (rates),
+    "confidences"}`."""
+    from realm_hf.evaluation.calibration import choose_threshold, fit_calibration, leave_one_group_out
+
+    groups = None if pooled_threshold else sources
+    budgets = [step / 100 for step in range(1, round(100 * dev_budget) + 1)]
+    held_out, fitted_by_set = {}, {}
+    for name in feature_sets:
+        names = FEATURE_SETS[name]
+        for budget in reversed(budgets):
+            rates = leave_one_group_out(features, correct, answerable, sources, names, budget,
+                                        per_group_threshold=not pooled_threshold)  # fmt: skip
+            shares = [rate["correct_abstained"] for rate in rates.values() if rate["correct_abstained"] is not None]
+            if max(shares) <= goal or budget == budgets[0]:
+                break
+        fitted = fitted_by_set[name] = fit_calibration(features, correct, names)
+        _, rates_at_budget = choose_threshold(_confidence(fitted, features, unknown), correct, answerable, budget,
+                                              groups)  # fmt: skip
+        held_out[name] = {"features": list(names), "budget": budget, "worst_correct_abstained": max(shares),
+                          "mean_correct_abstained": sum(shares) / len(shares), "within_goal": max(shares) <= goal,
+                          "dev_unanswerable_abstained": rates_at_budget["unanswerable_abstained"],
+                          "by_source": rates}  # fmt: skip
+        logger.info("features %s: budget %.2f, held-out sources' correct answers abstained worst %.3f, mean %.3f; "
+                    "dev unanswerable abstained %.3f", name, budget, held_out[name]["worst_correct_abstained"],
+                    held_out[name]["mean_correct_abstained"], held_out[name]["dev_unanswerable_abstained"])  # fmt: skip
+    # Last, on a tie, the set that reads the answer among the spans of the kind asked for: that is the pool the pipeline
+    # chose it from ("1912" is unlikely among all spans, likely among the years).
+    chosen = max(
+        held_out,
+        key=lambda name: (held_out[name]["within_goal"], held_out[name]["dev_unanswerable_abstained"],
+                          -held_out[name]["worst_correct_abstained"], name.startswith("kind")),
+    )  # fmt: skip
+    calibration = fitted_by_set[chosen]
+    confidences = _confidence(calibration, features, unknown)
+    calibration.threshold, dev_rates = choose_threshold(confidences, correct, answerable, held_out[chosen]["budget"],
+                                                        groups)  # fmt: skip
+    return {"calibration": calibration, "features_chosen": chosen, "budget": held_out[chosen]["budget"],
+            "feature_sets": held_out, "dev": dev_rates, "confidences": confidences}  # fmt: skip
+
+
+def documents_threshold(calibration, sets: dict, goal: float) -> dict:
+    """Sets `calibration.documents_threshold`, the threshold over a user's documents, on `sets` (`{name: (features,
+    correct, answerable, sources, unknown)}`, each a set of documents read over an index of its own): the highest that
+    abstains on at most `goal` of their right answers, pooled. The calibration itself stays as fitted on the dev
+    sources: it ranks answers over documents as well as one fitted on documents (session 25), but its confidences
+    run lower there. The goal itself, with no margin under it: these questions are written as people ask theirs (the
+    dev sources' margin, --dev-budget, is for template questions). Returns what it measured (empty without sets):
+    the rates, and each set's rates at the threshold chosen on the others (leave-one-set-out)."""
+    from realm_hf.evaluation.calibration import abstention_rates, choose_threshold
+
+    if not sets:
+        return {}
+    pooled = [torch.cat([part[index] for part in sets.values()]) for index in (0, 1, 2, 4)]
+    features, correct, answerable, unknown = pooled
+    confidences = _confidence(calibration, features, unknown)
+    calibration.documents_threshold, rates = choose_threshold(confidences, correct, answerable, goal)
+    names, held_out = [name for name, part in sets.items() for _ in range(len(part[0]))], {}
+    for name in sets:
+        mask = torch.tensor([other == name for other in names])
+        threshold, _ = choose_threshold(confidences[~mask], correct[~mask], answerable[~mask], goal)
+        held_out[name] = {"threshold": threshold, **abstention_rates(confidences[mask], correct[mask],
+                                                                      answerable[mask], threshold)}  # fmt: skip
+    logger.info("documents threshold %.3f: %s; leave-one-set-out %s", calibration.documents_threshold, rates,
+                held_out)  # fmt: skip
+    return {"fitted_on": sorted(sets), "rule": f"pooled: at most {goal:g} of the right answers abstained",
+            "threshold": calibration.documents_threshold, "rates": rates, "leave_one_set_out": held_out,
+            "right": int(correct.sum()), "unanswerable": int((~answerable).sum()), "questions": len(correct),
+            "goal": goal}  # fmt: skip
+
+
+def calibrate(args, open_qa, searcher, dev_rows, dev_results, document_sets=None, check_document_sets=None) -> dict:
+    """The calibration fitted on the dev answers of `searcher` (`dev_rows` / `dev_results` by source), with its
+    threshold over a user's documents chosen on `document_sets` (`{"documents/<name>": (rows, results)}`,
+    [`read_document_sets`]; [`documents_threshold`]); measured on the test split, --check-questions and
+    `check_document_sets` (read alike, never fitted on); written into --model."""
     from realm_hf.data.question_sources import SOURCES
-    from realm_hf.evaluation.calibration import (
-        abstention_rates,
-        accuracy_coverage,
-        choose_threshold,
-        fit_calibration,
-        leave_one_group_out,
-    )
+    from realm_hf.evaluation.calibration import abstention_rates, accuracy_coverage
 
     def gather(rows_by_source, results_by_source):
         features, correct, answerable, sources, unknown = [], [], [], [], []
@@ -369,57 +509,22 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
             unknown += [bool(result["unknown_names"] or result.get("about_the_asker")) for result in results]
         return torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources, torch.tensor(unknown)
 
-    def confidence(calibration, features, unknown):
-        # As the pipeline abstains: a question naming a word no block holds, or asking about its asker over a corpus
-        # that never speaks to or as a person, is abstained on whatever its confidence.
-        return calibration.confidence(features).masked_fill(unknown, 0.0)
-
     features, correct, answerable, sources, unknown = gather(dev_rows, dev_results)
-    groups = None if args.pooled_threshold else sources
-    # Which features, and how much of each source's right answers the threshold may abstain on (the budget): for each
-    # feature set, the largest budget (at most --dev-budget) at which a calibration fitted without a source abstains on
-    # at most --max-correct-abstained of that source's right answers, for every source (leave-one-source-out, a stand-in
-    # for kinds of question no dev set has); of those, the set that then abstains on the most unanswerable dev
-    # questions (ties: the lower worst held-out share).
-    goal, budgets = args.max_correct_abstained, [step / 100 for step in range(1, round(100 * args.dev_budget) + 1)]
-    held_out, fitted_by_set = {}, {}
-    for name, names in FEATURE_SETS.items():
-        if name not in args.feature_sets:
-            continue
-        for budget in reversed(budgets):
-            rates = leave_one_group_out(features, correct, answerable, sources, names, budget,
-                                        per_group_threshold=not args.pooled_threshold)  # fmt: skip
-            shares = [rate["correct_abstained"] for rate in rates.values() if rate["correct_abstained"] is not None]
-            if max(shares) <= goal or budget == budgets[0]:
-                break
-        fitted = fitted_by_set[name] = fit_calibration(features, correct, names)
-        _, rates_at_budget = choose_threshold(confidence(fitted, features, unknown), correct, answerable, budget,
-                                              groups)  # fmt: skip
-        held_out[name] = {"features": list(names), "budget": budget, "worst_correct_abstained": max(shares),
-                          "mean_correct_abstained": sum(shares) / len(shares), "within_goal": max(shares) <= goal,
-                          "dev_unanswerable_abstained": rates_at_budget["unanswerable_abstained"],
-                          "by_source": rates}  # fmt: skip
-        logger.info("features %s: budget %.2f, held-out sources' correct answers abstained worst %.3f, mean %.3f; "
-                    "dev unanswerable abstained %.3f", name, budget, held_out[name]["worst_correct_abstained"],
-                    held_out[name]["mean_correct_abstained"], held_out[name]["dev_unanswerable_abstained"])  # fmt: skip
-    # Last, on a tie, the set that reads the answer among the spans of the kind asked for: that is the pool the pipeline
-    # chose it from ("1912" is unlikely among all spans, likely among the years).
-    chosen_features = max(
-        held_out,
-        key=lambda name: (held_out[name]["within_goal"], held_out[name]["dev_unanswerable_abstained"],
-                          -held_out[name]["worst_correct_abstained"], name.startswith("kind")),
-    )  # fmt: skip
-    budget = held_out[chosen_features]["budget"]
-    calibration = fitted_by_set[chosen_features]
-    confidences = confidence(calibration, features, unknown)
-    threshold, dev_rates = choose_threshold(confidences, correct, answerable, budget, groups)
-    calibration.threshold = threshold
+    chosen = choose_calibration(features, correct, answerable, sources, unknown,
+                                [name for name in FEATURE_SETS if name in args.feature_sets],
+                                args.max_correct_abstained, args.dev_budget, args.pooled_threshold)  # fmt: skip
+    calibration, threshold, dev_rates = chosen["calibration"], chosen["calibration"].threshold, chosen["dev"]
+    held_out, chosen_features, budget, confidences = (chosen["feature_sets"], chosen["features_chosen"],
+                                                      chosen["budget"], chosen["confidences"])  # fmt: skip
+    goal = args.max_correct_abstained
+    documents = documents_threshold(calibration, {name: gather({name: rows}, {name: results})
+                                                  for name, (rows, results) in (document_sets or {}).items()}, goal)  # fmt: skip
     test_rows = {source: sample(read_jsonl(args.questions / f"{source}.test.jsonl"),
                                 args.max_test_per_source * (2 if source == "unanswerable" else 1), args.seed)
                  for source in SOURCES}  # fmt: skip
     test_results = {source: read(open_qa, searcher, rows, args.batch_size) for source, rows in test_rows.items()}
     test_features, test_correct, test_answerable, test_sources, test_unknown = gather(test_rows, test_results)
-    test_confidences = confidence(calibration, test_features, test_unknown)
+    test_confidences = _confidence(calibration, test_features, test_unknown)
     test_rates = abstention_rates(test_confidences, test_correct, test_answerable, threshold)
     # Reliability: mean confidence vs share correct in five confidence bins, on test.
     bins = []
@@ -447,9 +552,18 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         check_features, check_correct, check_answerable, _, check_unknown = check_sets[path.stem]
         check[path.stem] = {"questions": path.name, "read": len(check_rows),
                             "exact_match": float(check_correct.double().mean()),
-                            **abstention_rates(confidence(calibration, check_features, check_unknown),
+                            **abstention_rates(_confidence(calibration, check_features, check_unknown),
                                                check_correct, check_answerable, threshold)}  # fmt: skip
         logger.info("check questions (%s): %s", path.name, check[path.stem])
+    # Documents people ask about, never fitted on: each set over an index of its own documents, as a user's.
+    for name, (check_rows, check_results) in (check_document_sets or {}).items():
+        check_sets[name] = gather({name: check_rows}, {name: check_results})
+        check_features, check_correct, check_answerable, _, check_unknown = check_sets[name]
+        check[name] = {"questions": f"{name.removeprefix('documents/')}/questions.jsonl", "read": len(check_rows),
+                       "exact_match": float(check_correct[check_answerable].double().mean()),
+                       **abstention_rates(_confidence(calibration, check_features, check_unknown), check_correct,
+                                          check_answerable, calibration.threshold_for(own_index=False))}  # fmt: skip
+        logger.info("check documents (%s): %s", name, check[name])
     calibration.metadata = {
         "fitted_on": "dev answers of the model's own searcher, all question sources (unanswerable = wrong)",
         "threshold_rule": "pooled" if args.pooled_threshold else "per source",
@@ -462,6 +576,8 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         f"include it): {int(unknown.sum())} of {len(unknown)} dev questions, {int(test_unknown.sum())} of "
         f"{len(test_unknown)} test questions",
     }  # fmt: skip
+    if documents:
+        calibration.metadata["documents"] = {key: documents[key] for key in ("fitted_on", "rule", "rates")}
     calibration.save(args.model)
     logger.info("calibration: threshold %.3f; dev %s; test %s", threshold, dev_rates, test_rates)
     curves = {"dev": accuracy_coverage(confidences, correct), "test": accuracy_coverage(test_confidences, test_correct),
@@ -470,15 +586,16 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results) -> dict:
         plot(args.plot, curves, dev_rates, test_rates)
     thin = {name: points[:: max(1, len(points) // 50)] + points[-1:] for name, points in curves.items()}
     answers = {split: [{"source": source, "features": [round(value, 5) for value in row.tolist()],
-                        "correct": bool(right), "answerable": bool(can)}
-                       for source, row, right, can in zip(names, split_features, split_correct, split_answerable,
-                                                          strict=True)]
-               for split, (split_features, split_correct, split_answerable, names, _) in
+                        "correct": bool(right), "answerable": bool(can), "unknown": bool(abstains)}
+                       for source, row, right, can, abstains in zip(names, split_features, split_correct,
+                                                                    split_answerable, split_unknown, strict=True)]
+               for split, (split_features, split_correct, split_answerable, names, split_unknown) in
                {"dev": (features, correct, answerable, sources, unknown),
                 "test": (test_features, test_correct, test_answerable, test_sources, test_unknown),
                 **check_sets}.items()}  # fmt: skip
     return {"calibration": calibration.to_dict(), "dev": dev_rates, "test": test_rates, "test_by_source": by_source,
             "test_reliability": bins, "check": check, "feature_sets": held_out, "features_chosen": chosen_features,
+            "documents": documents,
             "accuracy_coverage": thin, "answers": answers}  # fmt: skip
 
 

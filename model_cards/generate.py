@@ -478,8 +478,23 @@ def default_model_evaluation(results: dict, sources: dict | None = None, whole_d
         for rates in calibration.get("check", {}).values():
             label = (f"`examples/{rates['questions']}` ({rates['read']} questions, "
                      f"EM {_percent(rates['exact_match'])})")  # fmt: skip
-            lines.append(f"| {label} | {rates['threshold']:.3f} | - | {_percent(rates['correct_abstained'])}% "
+            unanswerable = rates.get("unanswerable_abstained")
+            lines.append(f"| {label} | {rates['threshold']:.3f} "
+                         f"| {'-' if unanswerable is None else f'{_percent(unanswerable)}%'} "
+                         f"| {_percent(rates['correct_abstained'])}% "
                          f"| {_percent(rates['coverage'])}% | {_percent(rates['accuracy_answered'])}% |")  # fmt: skip
+        documents = calibration.get("documents")
+        if documents:
+            rates = documents["rates"]
+            lines += ["", f"Over an index of your own documents the threshold is {documents['threshold']:.3f} "
+                          "(`documents_threshold`): the model's confidence runs lower there, and its own threshold "
+                          "said \"not sure\" of half its right answers over a company's files. It is the highest that "
+                          f"abstains on at most {_percent(documents['goal'])}% of the right answers to "
+                          f"{documents['questions']} questions over four sets of invented documents written for it "
+                          f"(`examples/document_calibration`: {documents['right']} right answers, "
+                          f"{_percent(rates['unanswerable_abstained'])}% of {documents['unanswerable']} unanswerable "
+                          "questions abstained); the two evaluation sets of documents above (rows `own_documents`, "
+                          "`town_documents` in the table) were never fitted on."]  # fmt: skip
         lines += ["", f"![accuracy against coverage]({ACCURACY_COVERAGE_PNG})"]
     return "\n".join(lines)
 
