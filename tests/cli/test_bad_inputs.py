@@ -160,7 +160,8 @@ CLI_CASES = [
     ("ask-misspelt-option", ["ask", "--topk", "3", "q?"], None, 2, "unrecognized arguments: --topk; did you mean "
                                                                    "--top-k? (see `realm-hf ask --help`)"),
     ("build-output-is-a-file", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
-                                "{in}/good.jsonl"], None, 1, "good.jsonl' is a file; expected a directory"),
+                                "{in}/good.jsonl"], None, 2, "good.jsonl' is a file; expected a directory to write the "
+                                                             "index into (a new one, or an unfinished build to resume)"),
     ("train-index-missing", ["train", "--model", "{demo}", "--index", "{in}/no-index", "--train-file",
                              "{in}/qa-broken.jsonl", "--output-dir", "{out}"], None, 1,
      "no-index': no such directory (expected an index directory"),
@@ -319,7 +320,7 @@ CLI_CASES = [
      "index to replace"),
     ("build-output-under-a-file", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
                                    "{in}/good.jsonl/index"], None, 2,
-     "/good.jsonl, which is a file; expected a directory to write in"),
+     "/good.jsonl, which is a file; expected a directory to write the index into"),
     ("build-over-empty-leftover", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
                                    "{in}/leftover"], None, 1, "holds a partial build over another corpus (0 documents"),
     ("add-to-a-non-index", ["index", "add", "--index", "{in}/leftover", "--model", "{demo}", "--corpus",

@@ -217,9 +217,8 @@ def cmd_build(args) -> int:
     from realm_hf.retrieval.index_builder import build_index
 
     output = Path(args.output)
-    if output.is_file():
-        raise FileFormatError(f"--output {args.output!r} is a file; expected a directory to write the index into (a "
-                              "new one, or an unfinished build to resume)", path=output)  # fmt: skip
+    check_writable_directory(args.output, "--output", purpose="write the index into (a new one, or an unfinished build "
+                             "to resume)")  # fmt: skip
     # --overwrite builds beside the output and swaps the new index in once complete: until then the old one serves,
     # and an interrupted build leaves it whole (and resumes in the staging directory when run again).
     replace = args.overwrite and output.is_dir() and any(output.iterdir())
@@ -227,7 +226,6 @@ def cmd_build(args) -> int:
         _refuse_to_replace_what_is_no_index(output)
     else:
         _refuse_finished_index(output)
-    check_writable_directory(output, "--output")
     target = output.resolve().parent / f".{output.resolve().name}.overwrite" if replace else output
     # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
     store = open_corpus(args.corpus, args.max_words, args.text_column, args.title_column)
