@@ -56,12 +56,14 @@ def main(argv=None) -> None:
     parser.add_argument("--labels", required=True, type=lambda text: [label.strip() for label in text.split(",")],
                         help="comma-separated, one name per prediction file of a set, in order")  # fmt: skip
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--note", default=None, help="what was compared and how, kept in --output as 'note' (the "
+                        "default model's card prints it above the table)")  # fmt: skip
     args = parser.parse_args(argv)
     if len(args.labels) < 2 or len(set(args.labels)) < len(args.labels) or not all(args.labels):
         raise SystemExit(
             f"--labels: expected at least two distinct names (the second is the one compared), received {args.labels}"
         )
-    report = {"labels": args.labels, "sets": {}}
+    report = {**({"note": args.note} if args.note else {}), "labels": args.labels, "sets": {}}
     for item in args.sets:
         name, _, paths = item.partition("=")
         paths = paths.split(",")

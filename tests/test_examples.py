@@ -88,9 +88,9 @@ def test_compare_predictions_pairs_evaluate_prediction_files(tmp_path, capsys):
     )
     output = tmp_path / "report.json"
     compare_predictions.main(["--labels", "before, served, BM25", f"title={old},{new},{bm25}", f"wh={old},{new}",
-                              f"cloze={old},{new},", "--output", str(output)])  # fmt: skip
+                              f"cloze={old},{new},", "--output", str(output), "--note", "Whole dev sets, as served."])  # fmt: skip
     report = json.loads(output.read_text())
-    assert report["labels"] == ["before", "served", "BM25"]
+    assert report["labels"] == ["before", "served", "BM25"] and report["note"] == "Whole dev sets, as served."
     title = report["sets"]["title"]
     assert title["exact_match"] == {"before": 0.5, "served": 0.75, "BM25": 0.5} and title["compared"] == "served"
     assert title["paired"]["before"]["wins"] == 2 and title["paired"]["before"]["losses"] == 1
@@ -129,6 +129,16 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
     assert "--bm25-weights 0.5" in options and "--dev-budget 0.08" in options
     shipped = json.loads((ROOT / "models" / "realm-minilm-factbook" / "calibration.json").read_text())
     assert shipped["metadata"]["max_correct_abstained"] == 0.08
+    # the threshold over a user's documents: chosen on the four calibration sets, checked on the two evaluation sets
+    examples = ROOT / "examples"
+    sets = command[command.index("--document-sets") + 1 : command.index("--check-document-sets")]
+    assert sets == [str(path) for path in CALIBRATION_SETS] and len(sets) == 4
+    assert command[command.index("--check-document-sets") + 1 :] == [str(examples / "own_documents"),
+                                                                     str(examples / "town_documents")]  # fmt: skip
+    assert sorted(shipped["metadata"]["documents"]["fitted_on"]) == [
+        f"documents/{path.name}" for path in CALIBRATION_SETS
+    ]
+    assert 0 < shipped["documents_threshold"] < shipped["threshold"]
 
 
 def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_questions_replayed(tmp_path, monkeypatch):
