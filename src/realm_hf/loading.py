@@ -270,6 +270,18 @@ def index_directory(index: str | os.PathLike, option: str = "--index / index=") 
         raise FileFormatError(f"{option} {str(index_dir)!r} is an unfinished `realm-hf index build` (it has "
                               f"no {INDEX_MANIFEST} yet): run the same build command again, and it resumes where it "
                               "stopped", path=index_dir)  # fmt: skip
+    from .retrieval.document_import import FILE_FORMATS
+    from .retrieval.passages import TEXT_SUFFIXES
+
+    # what `realm-hf index build --corpus` reads: a folder of them given as the index is the documents themselves
+    # (not .json: a model's or a document store's folder holds config files)
+    suffixes = {*TEXT_SUFFIXES, *FILE_FORMATS} - {".json"}
+    documents = sorted(path.name for path in index_dir.iterdir() if path.suffix.lower() in suffixes)
+    if documents:  # the folder of documents itself, not the index built over it
+        shown = ", ".join(documents[:3]) + (", ..." if len(documents) > 3 else "")
+        raise FileFormatError(f"{option} {str(index_dir)!r} holds documents ({shown}), not an index; expected an "
+                              "index directory holding index.json. Build one over them first: realm-hf index build "
+                              f"--corpus {index_dir} --output my-index, then {option} my-index", path=index_dir)  # fmt: skip
     raise FileFormatError(f"{option} expects an index directory holding {INDEX_MANIFEST} (as `realm-hf "
                           f"index build` writes it); {index_dir} has none.", path=index_dir)  # fmt: skip
 

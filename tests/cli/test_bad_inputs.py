@@ -232,8 +232,18 @@ CLI_CASES = [
     ("ask-model-is-a-file", ["ask", "--model", "{in}/notes.docx", "q?"], None, 1, "is a file; expected a model"),
     ("ask-no-such-index", ["ask", "--model", "{demo}", "--index", "{in}/no-index", "q?"], None, 1,
      "no-index': no such directory (expected an index directory written by `realm-hf index build`"),
-    ("ask-index-without-manifest", ["ask", "--model", "{demo}", "--index", "{in}", "q?"], None, 1,
+    ("ask-index-without-manifest", ["ask", "--model", "{demo}", "--index", "{in}/leftover/documents", "q?"], None, 1,
      "expects an index directory holding index.json (as `realm-hf index build` writes it);"),
+    ("ask-index-is-the-documents", ["ask", "--model", "{demo}", "--index", "{in}", "q?"], None, 1,
+     "holds documents (blank.jsonl, blank.md, broken.jsonl, ...), not an index; expected an index directory holding "
+     "index.json. Build one over them first: realm-hf index build --corpus "),
+    ("build-corpus-misspelt", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonk", "--output",
+                               "{out}"], None, 1, "does not exist (expected a file of rows, a text or Markdown file, a "
+                                                  "folder of them, or a saved document store); did you mean "),
+    ("ask-stdin-json-rows-without-question", ["ask", "--model", "{demo}"], b'{"q": "Who?", "a": "x"}\n', 2,
+     'standard input line 1: expected a question, or a JSON row with a "question" (as question files have), received '
+     "a JSON object with keys ['a', 'q'] (to score answers against a file of questions and answers: realm-hf "
+     "evaluate --data FILE)"),
     ("ask-negative-bm25-weight", ["ask", "--model", "{demo}", "--bm25-weight", "-1", "q?"], None, 2,
      "expected a number >= 0, got '-1'"),
     ("ask-device-word", ["ask", "--model", "{demo}", "--device", "gpu", "q?"], None, 2,
@@ -390,8 +400,9 @@ def test_an_output_that_cannot_be_made_is_named_before_the_corpus_is_read(inputs
     assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(inputs / "good.jsonl"), "--output",
                  "/proc/realm-hf-index"]) == 2  # fmt: skip
     assert capsys.readouterr().err.strip() == (
-        "realm-hf index build: error: --output '/proc/realm-hf-index': expected a directory to write in, but its "
-        "parent /proc takes no new files (No such file or directory)"
+        "realm-hf index build: error: --output '/proc/realm-hf-index': expected a directory to write the index into "
+        "(a new one, or an unfinished build to resume), but its parent /proc takes no new files (No such file or "
+        "directory)"
     )
 
 

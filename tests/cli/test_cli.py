@@ -195,6 +195,24 @@ def test_ask_top_k_prints_ranked_answers(demo_dir, capsys):
     assert out.count("Q: ") == 1 and "A: " in out and "A2: " in out and out.count("evidence [block ") == 2
 
 
+def test_ask_marks_the_answer_in_its_evidence_and_reads_question_rows_from_stdin(demo_dir, capsys, monkeypatch):
+    import io
+    import sys
+
+    assert main(["ask", "--model", str(demo_dir), "--json", "Who wrote Hamlet?"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    evidence, start, end = answer["evidence"], answer["start"], answer["end"]
+    assert main(["ask", "--model", str(demo_dir), "Who wrote Hamlet?"]) == 0
+    out = capsys.readouterr().out
+    assert f"{evidence[:start]}«{evidence[start:end]}»{evidence[end:]}" in out  # the span read, marked in place
+    # a question file piped in: its rows' questions are asked (not each row as one long question)
+    rows = b'{"question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}\n\nWhere is Rome?\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(rows), encoding="utf-8"))
+    assert main(["ask", "--model", str(demo_dir), "--json"]) == 0
+    asked = [json.loads(line)["question"] for line in capsys.readouterr().out.splitlines()]
+    assert asked == ["Who wrote Hamlet?", "Where is Rome?"]
+
+
 def test_ask_reads_unquoted_words_as_one_question(demo_dir, capsys):
     # `realm-hf ask Who wrote Hamlet?`: the shell splits the question at its spaces
     assert main(["ask", "--model", str(demo_dir), "--json", "Who", "wrote", "Hamlet?"]) == 0

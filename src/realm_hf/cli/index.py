@@ -76,7 +76,8 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
     elif location.name.startswith("block_records") or location.suffix in BLOCK_RECORDS_SUFFIXES:
         store = DocumentStore.from_block_records(location)
     elif not location.is_file():
-        raise MissingFileError(f"corpus {path!r} does not exist (expected a file or a saved document store)")
+        raise MissingFileError(f"corpus {path!r} does not exist (expected a file of rows, a text or Markdown file, "
+                               f"a folder of them, or a saved document store){_near_match(location)}")  # fmt: skip
     elif location.suffix.lower() in TEXT_SUFFIXES:
         store = _text_store(read_text_files([location]), path)
     elif (rows_of := row_file_format(location)) is None:
@@ -208,6 +209,18 @@ def _load_embedder(model: str | None, device: str = "cpu"):
     with without_weight_loading_bar():
         embedder = RealmEmbedder.from_pretrained(model, dtype=torch.float32)
     return embedder.eval().to(device), AutoTokenizer.from_pretrained(model)
+
+
+def _near_match(location: Path) -> str:
+    """The "; did you mean ..." hint where a file or folder beside `location` has a name close to its name, or none."""
+    import difflib
+
+    parent = location.parent if str(location.parent) else Path(".")
+    if not parent.is_dir():
+        return ""
+    names = sorted(path.name for path in parent.iterdir() if not path.name.startswith("."))
+    close = difflib.get_close_matches(location.name, names, n=1, cutoff=0.8)
+    return f"; did you mean {str(parent / close[0])!r}?" if close else ""
 
 
 def cmd_build(args) -> int:

@@ -142,7 +142,16 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
             unknown += f"   the question asks about you ({words}), and these documents are not about you\n"
         print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{_printable(result['answer'])}  ({score})\n"
               f"{unknown}   evidence [block {result['block_id']}{_printable(title)}]: "
-              f"{_printable(result['evidence'])}\n")  # fmt: skip
+              f"{_marked_evidence(result)}\n")  # fmt: skip
+
+
+def _marked_evidence(result: dict) -> str:
+    """The evidence with the answer marked where it was read, «like this»: in a long passage the span is easy to miss
+    ("850 pounds" beside "895 pounds")."""
+    evidence, start, end = result["evidence"], result.get("start"), result.get("end")
+    if not isinstance(start, int) or not isinstance(end, int) or not 0 <= start < end <= len(evidence):
+        return _printable(evidence)
+    return f"{_printable(evidence[:start])}«{_printable(evidence[start:end])}»{_printable(evidence[end:])}"
 
 
 def _ensure_demo_model(directory: Path | None, rebuild: bool = False) -> Path:
@@ -248,11 +257,30 @@ def read_questions(stream) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise not_utf8_error("standard input", data, error.start, path="<stdin>", hint="") from None
-    questions = [line.strip() for line in text.splitlines() if line.strip()]
+    questions = [_question_of_line(line.strip(), number) for number, line in enumerate(text.splitlines(), start=1)
+                 if line.strip()]  # fmt: skip
     if not questions:
         received = "only blank lines" if text else "nothing (empty input)"
         raise UsageError(f"expected questions on standard input (one per line), received {received}")
     return questions
+
+
+def _question_of_line(line: str, number: int) -> str:
+    """A line of standard input as a question: the line itself, or the "question" of a JSON row (a question file,
+    `{"question": ..., "answers": [...]}`, piped in: asked, not read as one long question)."""
+    from realm_hf.errors import UsageError
+
+    if not (line.startswith("{") and line.endswith("}")):
+        return line
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return line
+    if isinstance(row, dict) and isinstance(row.get("question"), str):
+        return row["question"]
+    raise UsageError(f"standard input line {number}: expected a question, or a JSON row with a \"question\" (as "
+                     f"question files have), received a JSON object with keys {sorted(row)[:10]} (to score answers "
+                     "against a file of questions and answers: realm-hf evaluate --data FILE)")  # fmt: skip
 
 
 def questions_from_arguments(arguments: list[str]) -> list[str]:
