@@ -376,7 +376,7 @@ def _percent(value: float) -> str:
 
 
 SOURCES_RESULTS = HERE.parent / "examples" / "results" / "default_model_sources.json"
-WHOLE_DEV_RESULTS = HERE.parent / "examples" / "results" / "bm25_weight_whole_dev.json"
+WHOLE_DEV_RESULTS = HERE.parent / "examples" / "results" / "default_model_whole_dev.json"
 # The plot evaluate_question_sources.py draws, copied beside the card here and in the model directory.
 ACCURACY_COVERAGE_SOURCE = HERE.parent / "docs" / "images" / "accuracy_coverage.png"
 ACCURACY_COVERAGE_PNG = "realm-minilm-factbook-accuracy-coverage.png"
@@ -397,7 +397,7 @@ def _system_names(shipped: str) -> dict[str, str]:
 def default_model_evaluation(results: dict, sources: dict | None = None, whole_dev: dict | None = None) -> str:
     """The evaluation section of the default model's card, from its `eval_results.json`, the per-source results
     with the calibration (`examples/results/default_model_sources.json`) and the whole dev sets as served
-    (`examples/results/bm25_weight_whole_dev.json`)."""
+    (`examples/results/default_model_whole_dev.json`)."""
     shipped = results.get("shipped", "realm")
     names = _system_names(shipped)
     lines = [
@@ -532,13 +532,14 @@ def _whole_dev_section(whole_dev: dict, bm25_weight: float | None) -> list[str]:
         "### As served, on whole dev sets",
         "",
         *([whole_dev["model"], ""] if whole_dev.get("model") else []),
-        "The table above was read before the model's relevance took in BM25's score "
+        whole_dev.get("note")
+        or "The table above was read before the model's relevance took in BM25's score "
         f"(`bm25_weight` {bm25_weight or 0:g} in `searcher.json`). As served now, on every question of each dev set "
-        "(factbook fields: the first 300), on training questions people ask first (the capital of every country; the first training questions of the "
-        "factbook, quiz and factbook-field sources) and on the question files people wrote, against the earlier "
-        "reading, BM25's blocks with the same reader and other weights (paired per question: the questions only one "
-        "gets right, and the two-sided sign test over those; `realm-hf evaluate --predictions` and "
-        "`examples/compare_predictions.py`):",
+        "(factbook fields: the first 300), on training questions people ask first (the capital of every country; the "
+        "first training questions of the factbook, quiz and factbook-field sources) and on the question files people "
+        "wrote, against the earlier reading, BM25's blocks with the same reader and other weights (paired per "
+        "question: the questions only one gets right, and the two-sided sign test over those; `realm-hf evaluate "
+        "--predictions` and `examples/compare_predictions.py`):",
         "",
         "| set | questions | "
         + " | ".join(labels)
