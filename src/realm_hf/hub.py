@@ -157,8 +157,6 @@ def check_index_dir(index_dir: str | os.PathLike, directory: str | os.PathLike, 
         IndexMismatchError: its block count is not the checkpoint's document count.
         ValueError: its embedding dimension is not the model's.
     """
-    from types import SimpleNamespace
-
     from .errors import FileFormatError, IndexMismatchError, MissingFileError
     from .loading import DOCUMENTS_DIR, _find_block_records, check_index, check_searcher_fits, index_directory
     from .modeling import RealmConfig
@@ -179,7 +177,7 @@ def check_index_dir(index_dir: str | os.PathLike, directory: str | os.PathLike, 
                               f"an index directory with {MANIFEST_NAME} and its shards (`realm-hf index build`)",
                               path=found)  # fmt: skip
     searcher = open_searcher(found)  # memory-mapped: nothing is read but headers
-    check_searcher_fits(SimpleNamespace(config=RealmConfig.from_pretrained(directory)), searcher, shown)
+    check_searcher_fits(RealmConfig.from_pretrained(directory), searcher, shown)
     if not (found / DOCUMENTS_DIR).is_dir():  # the uploaded index is read with the checkpoint's documents
         try:
             records, source = _find_block_records(directory, Path(directory), None, {})

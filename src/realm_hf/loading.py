@@ -24,7 +24,7 @@ import torch
 from transformers.utils import logging
 
 from .checkpoints import HUB_KWARGS, check_hub_model
-from .modeling import RealmForOpenQA
+from .modeling import RealmConfig, RealmForOpenQA
 from .precision import compute_in_float32
 
 logger = logging.get_logger(__name__)
@@ -214,13 +214,15 @@ def is_own_index(name_or_path, index: str | os.PathLike | None, searcher=None) -
     return own.is_dir() and given.is_dir() and own.resolve() == given.resolve()
 
 
-def check_searcher_fits(model: RealmForOpenQA, searcher, source: str = "the index") -> None:
-    """Raises a clear error unless `searcher` holds embeddings of the model's retriever size."""
+def check_searcher_fits(model: RealmForOpenQA | RealmConfig, searcher, source: str = "the index") -> None:
+    """Raises a clear error unless `searcher` holds embeddings of the model's retriever size (`model`: the model, or
+    its config where no weights are loaded, as `realm-hf push` checks an index)."""
+    config = model if isinstance(model, RealmConfig) else model.config
     dim = getattr(searcher, "dim", None)
-    if dim is not None and dim != model.config.retriever_proj_size:
+    if dim is not None and dim != config.retriever_proj_size:
         raise ValueError(
             f"{source} holds {dim}-d block embeddings but the model's embedder makes "
-            f"{model.config.retriever_proj_size}-d ones (config.retriever_proj_size): build the index with this "
+            f"{config.retriever_proj_size}-d ones (config.retriever_proj_size): build the index with this "
             "model's embedder (realm-hf index build --model ...)."
         )
 
@@ -419,8 +421,6 @@ def _check_model_directory(name_or_path, directory: Path) -> None:
 
 def _stored_dtype(name_or_path, hub_kwargs: dict) -> str | None:
     """The weights' dtype as the model's config.json names it (`"float16"`, ...), or `None` where it names none."""
-    from .modeling import RealmConfig
-
     stored = getattr(RealmConfig.from_pretrained(name_or_path, **hub_kwargs), "dtype", None)
     return str(stored).removeprefix("torch.") if stored is not None else None
 
