@@ -209,9 +209,11 @@ def is_own_index(name_or_path, index: str | os.PathLike | None, searcher=None) -
     if index is None:
         return True
     own = Path(name_or_path) / INDEX_DIR
-    given = Path(index)
-    given = given / INDEX_DIR if (given / INDEX_DIR).is_dir() else given
-    return own.is_dir() and given.is_dir() and own.resolve() == given.resolve()
+    try:
+        given = index_directory(index)  # a model directory given as the index means its index/
+    except (OSError, ValueError):  # no index at all: not the model's
+        return False
+    return own.is_dir() and own.resolve() == given.resolve()
 
 
 def check_searcher_fits(model: RealmForOpenQA | RealmConfig, searcher, source: str = "the index") -> None:

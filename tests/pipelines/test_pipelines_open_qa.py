@@ -1184,12 +1184,14 @@ def test_is_own_index_names_the_models_index_however_given(tmp_path):
     from realm_hf.loading import is_own_index
 
     model, other = tmp_path / "model", tmp_path / "other"
-    (model / "index").mkdir(parents=True)
-    other.mkdir()
+    for index in (model / "index", other):  # an index is a directory with its manifest
+        index.mkdir(parents=True)
+        (index / "index.json").write_text("{}")
     assert is_own_index(model, None) and is_own_index(model, model) and is_own_index(model, model / "index")
     assert is_own_index(str(model), str(tmp_path / "." / "model" / "index"))
     assert not is_own_index(model, other) and not is_own_index(model, None, searcher=object())
     assert not is_own_index("owner/repo", other)  # a Hub model over a local index
+    assert not is_own_index(model, tmp_path / "no-such-index")
 
 
 def test_spans_in_titles_start_in_the_title_or_its_colon():
