@@ -157,16 +157,13 @@ def check_index_dir(index_dir: str | os.PathLike, directory: str | os.PathLike, 
         IndexMismatchError: its block count is not the checkpoint's document count.
         ValueError: its embedding dimension is not the model's.
     """
-    from .errors import FileFormatError, IndexMismatchError, MissingFileError
+    from .errors import FileFormatError, IndexMismatchError
     from .loading import DOCUMENTS_DIR, _find_block_records, check_index, check_searcher_fits, index_directory
     from .modeling import RealmConfig
     from .retrieval import open_searcher
 
-    if not Path(index_dir).exists():  # worded as push has always said it
-        raise MissingFileError(f"{option} {index_dir}: no such directory (expected an index directory written by "
-                               f"`realm-hf index build`, holding {MANIFEST_NAME})")  # fmt: skip
     shown = f"{option} {str(index_dir)!r}"
-    found = index_directory(index_dir, option)  # a file, not an index, an unfinished first build
+    found = index_directory(index_dir, option)  # missing, a file, not an index, an unfinished first build
     if (found / MANIFEST_NAME).is_file() and (found / _INDEX_BUILD_STATE).is_file():
         raise FileFormatError(f"{shown} holds an unfinished build or `index add` ({_INDEX_BUILD_STATE} is still "
                               "there); expected a finished index: run the same command again to finish it",

@@ -214,7 +214,7 @@ CLI_CASES = [
      "REPO_ID 'bad repo!!': expected 'name' or 'namespace/name'"),
     ("push-an-index", ["push", "{in}/finished", "me/x"], None, 1, "is an index, not a model: push the model directory"),
     ("push-missing-index", ["push", "{demo}", "me/x", "--index", "{in}/no-index"], None, 1,
-     "no-index: no such directory (expected an index directory"),
+     "no-index': no such directory (expected an index directory"),
     ("convert-config-not-json", ["convert", "tf", "--checkpoint", "{in}/no-checkpoint", "--config", "{in}/good.jsonl",
                                 "--output", "{out}"], None, 1, "good.jsonl: expected a REALM config.json (one JSON"),
     ("offload-over-an-index", ["index", "offload", "--model", "{demo}", "--output", "{in}/finished"], None, 2,
