@@ -51,6 +51,7 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
             "end",
             "confidence",
             "abstained",
+            "threshold",
             "unknown_names",
             "about_the_asker",
         }
@@ -84,8 +85,10 @@ def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
     assert main(["ask", "--model", str(directory), "--json", "Who wrote Hamlet?"]) == 0
     line = json.loads(capsys.readouterr().out)
     assert line["abstained"] is True and line["confidence"] == pytest.approx(0.5) and line["answer"] != ""
+    assert line["threshold"] == pytest.approx(0.6)
     assert main(["ask", "--model", str(directory), "Who wrote Hamlet?"]) == 0
-    assert f"A: (not sure) {line['answer']}  (score" in capsys.readouterr().out
+    out = capsys.readouterr().out  # not sure, and why: the confidence is under the threshold
+    assert f"A: (not sure) {line['answer']}  (score" in out and "confidence 0.50, under the 0.60 threshold)" in out
     assert (
         main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", "Who wrote Hamlet?"]) == 0
     )
@@ -97,6 +100,7 @@ def test_ask_marks_abstained_answers(demo_dir, tmp_path, capsys):
     assert line["abstained"] is True and line["unknown_names"] == ["Zanzanryx"]
     assert main(["ask", "--model", str(directory), "--abstention-threshold", "0.4", question]) == 0
     assert "A: (not sure) " in (out := capsys.readouterr().out) and "no document mentions 'Zanzanryx'" in out
+    assert "threshold" not in out  # its confidence (0.5) is over the threshold: the name is the reason
     # A question about the asker, over documents about no one: abstained, and the text output says why.
     question = "Who is the CEO of my company?"
     assert main(["ask", "--model", str(directory), "--json", "--abstention-threshold", "0.4", question]) == 0

@@ -37,8 +37,8 @@ QUESTIONS = [
     "Who was a pioneer of computer science?",
 ]
 ANSWER_KEYS = {
-    "answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained", "unknown_names",
-    "about_the_asker",
+    "answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained", "threshold",
+    "unknown_names", "about_the_asker",
 }  # fmt: skip
 
 
@@ -67,6 +67,7 @@ def _same_text(answer: str, wordpieces: str) -> bool:
 def _assert_answer(answer: dict, retriever: RealmRetriever) -> None:
     assert set(answer) == ANSWER_KEYS
     assert answer["confidence"] is None and answer["abstained"] is False  # no calibration: never abstains
+    assert answer["threshold"] is None
     assert isinstance(answer["score"], float) and 0.0 < answer["score"] <= 1.0
     assert answer["evidence"] == retriever.block_records[answer["block_id"]].decode()
     assert answer["evidence"][answer["start"] : answer["end"]] == answer["answer"]
@@ -1127,8 +1128,10 @@ def test_threshold_override_and_calibration_file(open_qa, demo_dir, tmp_path):
     assert all(
         answer["confidence"] == pytest.approx(0.5) and answer["abstained"] for pair in answers for answer in pair
     )
+    assert all(answer["threshold"] == pytest.approx(0.6) for pair in answers for answer in pair)
     kept = open_qa(QUESTIONS[0], calibration=calibration, abstention_threshold=0.4)
     assert kept["abstained"] is False and kept["answer"] == open_qa(QUESTIONS[0])["answer"]
+    assert kept["threshold"] == pytest.approx(0.4)  # the threshold the answer was judged against
     with pytest.raises(ValueError, match="abstention_threshold"):
         open_qa(QUESTIONS[0], abstention_threshold=1.5)
     # A model directory with calibration.json abstains by itself.
@@ -1161,9 +1164,10 @@ def test_over_another_index_the_documents_threshold_applies(demo_dir, tmp_path, 
                 str(tmp_path / "mine"), "--quiet"]) == 0  # fmt: skip
     question = "Who approves my leave?"
     own = pipeline("open-qa", model=str(directory), device="cpu")
-    assert own(question)["abstained"] is True  # 0.5 < 0.6
+    assert own(question)["abstained"] is True and own(question)["threshold"] == pytest.approx(0.6)  # 0.5 < 0.6
     mine = pipeline("open-qa", model=str(directory), index=str(tmp_path / "mine"), device="cpu")
     assert mine(question)["confidence"] == pytest.approx(0.5) and mine(question)["abstained"] is False  # 0.5 >= 0.4
+    assert mine(question)["threshold"] == pytest.approx(0.4)
     assert mine(question, abstention_threshold=0.55)["abstained"] is True  # an explicit threshold wins
     # saved with that index, which becomes the saved model's own, it abstains as it did
     mine.save_pretrained(tmp_path / "saved")

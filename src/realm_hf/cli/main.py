@@ -103,6 +103,7 @@ def answer_questions(
                     "end": answer["end"],
                     "confidence": answer.get("confidence"),
                     "abstained": bool(answer.get("abstained", False)),
+                    "threshold": answer.get("threshold"),
                     "unknown_names": list(answer.get("unknown_names", [])),
                     "about_the_asker": list(answer.get("about_the_asker", [])),
                 }
@@ -134,6 +135,9 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         title = f", {result['title']!r}" if result["title"] else ""
         confidence = result.get("confidence")
         score = f"score {result['score']:.3f}" + (f", confidence {confidence:.2f}" if confidence is not None else "")
+        threshold = result.get("threshold")
+        if result.get("abstained") and confidence is not None and threshold is not None and confidence < threshold:
+            score += f", under the {threshold:.2f} threshold"  # the reason it is not sure
         unsure = "(not sure) " if result.get("abstained") else ""
         unknown = result.get("unknown_names")
         unknown = f"   no document mentions {', '.join(repr(name) for name in unknown)}\n" if unknown else ""

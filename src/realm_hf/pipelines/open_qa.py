@@ -128,6 +128,8 @@ class OpenQAPipeline(Pipeline):
       names something the corpus never mentions (`unknown_names`), or asks about its asker where the corpus cannot
       say (`about_the_asker`): the model does not know; `answer` is still its best guess. Always `False` without a
       calibration, and with a threshold of 0.
+    - `threshold` (`float` or `None`): the confidence below which this answer is abstained on: the calibration's
+      (its documents threshold over a user's own index), or `abstention_threshold`; `None` without a calibration.
     - `unknown_names` (`list[str]`): the question's names (capitalised words after its first) that no block of the
       corpus holds, as written in the question; checked only with a calibration, else `[]`.
     - `about_the_asker` (`list[str]`): the words by which the question asks about its asker ("my"), where the corpus
@@ -756,6 +758,7 @@ class OpenQAPipeline(Pipeline):
                     # Without a calibration there is no confidence, and the model never abstains.
                     "confidence": None if confidences is None else float(confidences[rank]),
                     "abstained": confidences is not None and (confidences[rank] < threshold or unknown),
+                    "threshold": None if confidences is None else float(threshold),
                     "unknown_names": names,
                     "about_the_asker": asker,
                 }
@@ -768,8 +771,8 @@ class OpenQAPipeline(Pipeline):
         evidence = record_text(self.retriever.block_records[block_ids[0]])
         return {"answer": "", "score": 0.0, "start": 0, "end": 0, "block_id": block_ids[0],
                 "title": self._title(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
-                else 0.0, "abstained": calibration is not None, "unknown_names": names,
-                "about_the_asker": asker}  # fmt: skip
+                else 0.0, "abstained": calibration is not None, "threshold": None if calibration is None
+                else float(threshold), "unknown_names": names, "about_the_asker": asker}  # fmt: skip
 
     def _calibration(self):
         """The model's calibration: `model.calibration` if set, else `calibration.json` beside its weights, else

@@ -48,7 +48,10 @@ function renderAnswer(answer) {
       ? "No document mentions " + names.join(", ") + ": this answer is a guess."
       : asker.length
         ? "The question asks about you (" + asker.join(", ") + "), and these documents are not about you: this answer is a guess."
-        : "The model's confidence is below its abstention threshold: this answer may well be wrong.";
+        : typeof answer.confidence === "number" && typeof answer.threshold === "number"
+          ? "The model's confidence (" + answer.confidence.toFixed(2) + ") is below its abstention threshold (" +
+            answer.threshold.toFixed(2) + "): this answer may well be wrong."
+          : "The model's confidence is below its abstention threshold: this answer may well be wrong.";
     head.append(badge);
   }
   article.append(head);
