@@ -14,7 +14,7 @@ from transformers import pipeline
 from realm_hf import RealmForOpenQA, RealmRetriever, load_open_qa
 from realm_hf.default_model import default_model_dir
 from realm_hf.demo import DEMO_QUESTIONS, ensure_demo_model, load_demo_corpus
-from realm_hf.loading import find_retrieval
+from realm_hf.loading import find_block_records, find_retrieval
 from realm_hf.retrieval import DocumentStore, ExactSearcher, PreTokenizedRetriever, offload_block_embeddings
 from realm_hf.retrieval.index_builder import write_index
 
@@ -95,6 +95,17 @@ def test_index_and_documents_layout_round_trips_with_titles(demo_dir, index_layo
     _assert_same(_round_trip(open_qa, saved), expected)
     assert (saved / "index" / "index.json").is_file() and (saved / "documents").is_dir()
     assert not (saved / "block_records.safetensors").exists()
+
+
+def test_find_block_records_says_which_texts_a_model_is_read_with(demo_dir, index_layout, tmp_path):
+    records, source = find_block_records(index_layout, index_layout)  # documents/ beside the model
+    assert source == str(index_layout / "documents") and len(records) == 16
+    assert records[3].decode().startswith(load_demo_corpus()[3]["title"])  # titled blocks, as the reader sees them
+    records, source = find_block_records(demo_dir, demo_dir)  # the 4.x layout: its block records
+    assert source.endswith("block_records.safetensors") and len(records) == 16
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"holds no documents: expected documents/ in the index"):
+        find_block_records(tmp_path / "empty", tmp_path / "empty")
 
 
 def test_a_hybrid_searcher_round_trips_as_its_index_and_searcher_json(index_layout, tmp_path):

@@ -158,7 +158,7 @@ def check_index_dir(index_dir: str | os.PathLike, directory: str | os.PathLike, 
         ValueError: its embedding dimension is not the model's.
     """
     from .errors import FileFormatError, IndexMismatchError
-    from .loading import DOCUMENTS_DIR, _find_block_records, check_index, check_searcher_fits, index_directory
+    from .loading import DOCUMENTS_DIR, check_index, check_searcher_fits, find_block_records, index_directory
     from .modeling import RealmConfig
     from .retrieval import open_searcher
 
@@ -177,7 +177,7 @@ def check_index_dir(index_dir: str | os.PathLike, directory: str | os.PathLike, 
     check_searcher_fits(RealmConfig.from_pretrained(directory), searcher, shown)
     if not (found / DOCUMENTS_DIR).is_dir():  # the uploaded index is read with the checkpoint's documents
         try:
-            records, source = _find_block_records(directory, Path(directory), None, {})
+            records, source = find_block_records(directory, Path(directory))
         except ValueError:
             logger.warning(f"{shown} has no {DOCUMENTS_DIR}/ and {directory} holds no documents either: the uploaded "
                            "index cannot be searched for answers until the repo gets them.")  # fmt: skip

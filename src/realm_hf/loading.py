@@ -99,8 +99,18 @@ def _documents_from_corpus_file(path: Path):
     return offline_corpus_store(expected=spec)
 
 
-def _find_block_records(name_or_path, directory: Path | None, index_dir: Path | None, hub_kwargs: dict):
-    """The block texts by id and where they came from: `(records, source)`."""
+def find_block_records(name_or_path, directory: Path | None = None, index_dir: Path | None = None,
+                       hub_kwargs: dict | None = None):  # fmt: skip
+    """
+    The block texts by id that a model's searcher is read with, and where they came from: `(records, source)`.
+
+    Looked for in this order: the index's `documents/` (`index_dir`), the model directory's `index/documents/` and
+    `documents/`, its `corpus.json` (an offline corpus rebuilt), then its block records (`block_records.safetensors` or
+    the Hub's legacy `block_records.npy`, also from the Hub for a repo id, with `hub_kwargs`).
+
+    Raises:
+        ValueError: none of them is there (the message lists what was looked for).
+    """
     from .retrieval.retriever import BLOCK_RECORDS_NAME, LEGACY_BLOCK_RECORDS_NAME, _resolve_block_records
 
     candidates = []
@@ -116,7 +126,7 @@ def _find_block_records(name_or_path, directory: Path | None, index_dir: Path | 
     from .retrieval.block_records import load_block_records
 
     try:
-        path = _resolve_block_records(str(name_or_path), hub_kwargs)
+        path = _resolve_block_records(str(name_or_path), hub_kwargs or {})
     except FileNotFoundError as error:
         found = f"has an index ({index_dir}) but no documents" if index_dir is not None else "holds no documents"
         raise ValueError(
@@ -173,7 +183,7 @@ def find_retrieval(
         from .retrieval.index_files import read_manifest
 
         _check_documents_kept(index_dir, read_manifest(index_dir))
-    records, sources["documents"] = _find_block_records(name_or_path, directory, index_dir, hub_kwargs)
+    records, sources["documents"] = find_block_records(name_or_path, directory, index_dir, hub_kwargs)
     if searcher is not None and searcher.num_blocks != len(records):
         own = " (the index has no documents/ of its own)" if index_dir is not None and not (
             index_dir / DOCUMENTS_DIR).is_dir() else ""  # fmt: skip
@@ -461,4 +471,12 @@ def save_open_qa(
     (tokenizer if tokenizer is not None else retriever.tokenizer).save_pretrained(save_directory)
 
 
-__all__ = ["OpenQARetrieval", "check_index", "check_searcher_fits", "find_retrieval", "load_open_qa", "save_open_qa"]
+__all__ = [
+    "OpenQARetrieval",
+    "check_index",
+    "check_searcher_fits",
+    "find_block_records",
+    "find_retrieval",
+    "load_open_qa",
+    "save_open_qa",
+]
