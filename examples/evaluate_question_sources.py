@@ -40,6 +40,7 @@ import math
 import random
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -459,9 +460,36 @@ def choose_calibration(features, correct, answerable, sources, unknown, feature_
             "feature_sets": held_out, "dev": dev_rates, "confidences": confidences}  # fmt: skip
 
 
+class Answered(NamedTuple):
+    """Answers as a calibration reads them, one row per question: `features` `(N, F)`, `correct`, `answerable` and
+    `unknown` `(N,)` bools (`unknown`: abstained on whatever the confidence, see [`read`]), `sources` their names."""
+
+    features: torch.Tensor
+    correct: torch.Tensor
+    answerable: torch.Tensor
+    sources: list[str]
+    unknown: torch.Tensor
+
+
+def gather(rows_by_source: dict[str, list[dict]], results_by_source: dict[str, list[dict]]) -> Answered:
+    """The questions of every source (`{source: rows}`) and their answers (`{source: results}`, [`read`]; rows past
+    the results are left out) as one [`Answered`]."""
+    features, correct, answerable, sources, unknown = [], [], [], [], []
+    for source, rows in rows_by_source.items():
+        results = results_by_source[source]
+        rows = rows[: len(results)]
+        features += [result["features"] for result in results]
+        correct += _correct(results, rows)
+        answerable += [bool(row["answers"]) for row in rows]
+        sources += [source] * len(rows)
+        unknown += [bool(result["unknown_names"] or result.get("about_the_asker")) for result in results]
+    return Answered(torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources,
+                    torch.tensor(unknown))  # fmt: skip
+
+
 def documents_threshold(calibration, sets: dict, goal: float) -> dict:
-    """Sets `calibration.documents_threshold`, the threshold over a user's documents, on `sets` (`{name: (features,
-    correct, answerable, sources, unknown)}`, each a set of documents read over an index of its own): the highest that
+    """Sets `calibration.documents_threshold`, the threshold over a user's documents, on `sets` (`{name: Answered}`,
+    each a set of documents read over an index of its own, [`gather`]): the highest that
     abstains on at most `goal` of their right answers, pooled. The calibration itself stays as fitted on the dev
     sources: it ranks answers over documents as well as one fitted on documents (session 25), but its confidences
     run lower there. The goal itself, with no margin under it: these questions are written as people ask theirs (the
@@ -471,11 +499,13 @@ def documents_threshold(calibration, sets: dict, goal: float) -> dict:
 
     if not sets:
         return {}
-    pooled = [torch.cat([part[index] for part in sets.values()]) for index in (0, 1, 2, 4)]
-    features, correct, answerable, unknown = pooled
+    features, correct, answerable, unknown = (
+        torch.cat([getattr(part, field) for part in sets.values()])
+        for field in ("features", "correct", "answerable", "unknown")
+    )
     confidences = _confidence(calibration, features, unknown)
     calibration.documents_threshold, rates = choose_threshold(confidences, correct, answerable, goal)
-    names, held_out = [name for name, part in sets.items() for _ in range(len(part[0]))], {}
+    names, held_out = [name for name, part in sets.items() for _ in part.sources], {}
     for name in sets:
         mask = torch.tensor([other == name for other in names])
         threshold, _ = choose_threshold(confidences[~mask], correct[~mask], answerable[~mask], goal)
@@ -496,18 +526,6 @@ def calibrate(args, open_qa, searcher, dev_rows, dev_results, document_sets=None
     `check_document_sets` (read alike, never fitted on); written into --model."""
     from realm_hf.data.question_sources import SOURCES
     from realm_hf.evaluation.calibration import abstention_rates, accuracy_coverage
-
-    def gather(rows_by_source, results_by_source):
-        features, correct, answerable, sources, unknown = [], [], [], [], []
-        for source, rows in rows_by_source.items():
-            results = results_by_source[source]
-            rows = rows[: len(results)]
-            features += [result["features"] for result in results]
-            correct += _correct(results, rows)
-            answerable += [bool(row["answers"]) for row in rows]
-            sources += [source] * len(rows)
-            unknown += [bool(result["unknown_names"] or result.get("about_the_asker")) for result in results]
-        return torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources, torch.tensor(unknown)
 
     features, correct, answerable, sources, unknown = gather(dev_rows, dev_results)
     chosen = choose_calibration(features, correct, answerable, sources, unknown,
