@@ -63,6 +63,8 @@ def inputs(tmp_path_factory, demo_dir):
         "blank.md": b"# Only a heading\n\n   \n",
         "mixed/notes.md": b"# Notes\n\nParis is the capital of France.\n",
         "mixed/rows.jsonl": GOOD.encode(),
+        "office/letter.pdf": b"%PDF-1.4 not text\n",
+        "office/plan.docx": b"PK\x03\x04 not text",
         "qa-broken.jsonl": b'{"question": "q?", "answers": ["a"]}\n{"question": "r?",\n',
         "qa-squad.jsonl": b'{"question": "q?", "answers": {"text": ["a"], "answer_start": [0]}}\n',
         "qa-blank-question.jsonl": b'{"question": "q?", "answers": ["a"]}\n\n{"question": " ", "answers": ["b"]}\n',
@@ -293,8 +295,9 @@ CLI_CASES = [
                                                  "'.jsonl', '.ndjson', '.parquet', '.pq', '.tsv'] (rows; optionally "
                                                  "compressed), ['.txt', '.text', '.md', '.markdown'] (text) or "
                                                  "['.npy', '.safetensors'] (block records), a directory of text files "
-                                                 "or a saved document store; received a .docx file. If it holds one "
-                                                 "of those, rename it to that ending"),
+                                                 "or a saved document store; received a .docx file (Word files are "
+                                                 "not read: save them as plain text, .txt, or Markdown to index "
+                                                 "them)"),
     ("build-no-suffix", ["index", "build", "--model", "{demo}", "--corpus", "{in}/notes", "--output", "{out}"], None,
      1, "received a file without an ending. If it holds one of those, rename it to that ending"),
     ("build-row-without-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/holes.jsonl", "--output",
@@ -312,7 +315,14 @@ CLI_CASES = [
     ("build-text-without-text", ["index", "build", "--model", "{demo}", "--corpus", "{in}/blank.md", "--output",
                                  "{out}"], None, 1, "blank.md': expected text, found only blank lines"),
     ("build-directory-of-rows", ["index", "build", "--model", "{demo}", "--corpus", "{in}/mixed", "--output",
-                                 "{out}"], None, 1, "found notes.md, rows.jsonl there. Pass files of rows one at a time"),
+                                 "{out}"], None, 1, "mixed': a folder is read as text files (.txt/.text/.md/.markdown), "
+                                                    "and this one also holds files of rows (rows.jsonl). Pass files of "
+                                                    "rows one at a time"),
+    ("build-directory-of-documents-not-read", ["index", "build", "--model", "{demo}", "--corpus", "{in}/office",
+                                               "--output", "{out}"], None, 1,
+     "office': expected a directory of text files (.txt/.text/.md/.markdown), a file of rows (.csv/.json/.jsonl/"
+     ".ndjson/.parquet/.pq/.tsv) or a saved document store; found letter.pdf, plan.docx there (PDF and Word files are "
+     "not read: save them as plain text, .txt, or Markdown to index them)"),
     ("build-negative-max-words", ["index", "build", "--model", "{demo}", "--corpus", "{in}/good.jsonl", "--output",
                                   "{out}", "--max-words", "-1"], None, 2, "--max-words"),
     ("build-missing-corpus", ["index", "build", "--model", "{demo}", "--corpus", "{in}/missing.jsonl", "--output",
@@ -386,13 +396,34 @@ def test_api_an_index_without_its_documents_is_refused(inputs, demo_dir):
         load_open_qa(demo_dir, index=inputs / "missing-documents")
 
 
-@pytest.mark.parametrize("corpus", ["notes.docx", "notes"])
-def test_an_unknown_corpus_ending_lists_what_the_command_line_reads(corpus, inputs, demo_dir, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("corpus", "advice"),
+    [("notes.docx", "(Word files are not read: save them as plain text, .txt, or Markdown to index them)"),
+     ("notes", ". If it holds one of those, rename it to that ending")],
+)  # fmt: skip
+def test_an_unknown_corpus_ending_lists_what_the_command_line_reads(corpus, advice, inputs, demo_dir, tmp_path,
+                                                                    capsys):  # fmt: skip
     assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(inputs / corpus), "--output",
                  str(tmp_path / "out")]) == 1  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert "'.txt'" in err and "'.md'" in err and "'.jsonl'" in err and "file_format" not in err
-    assert err.endswith("If it holds one of those, rename it to that ending")
+    assert err.endswith(advice)  # a Word file renamed .txt would be read as its bytes: it is converted, not renamed
+
+
+def test_a_folder_names_the_files_it_skips_and_those_with_no_text(demo_dir, tmp_path, capsys):
+    folder = tmp_path / "mine"
+    (folder / "letters").mkdir(parents=True)
+    (folder / "handbook.md").write_text("# Leave\n\nYour manager approves your leave.\n", encoding="utf-8")
+    (folder / "empty.txt").write_text("\n\n", encoding="utf-8")
+    (folder / "letters" / "offer.pdf").write_bytes(b"%PDF-1.4")
+    (folder / "notes").write_text("no ending", encoding="utf-8")
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(folder), "--output",
+                 str(tmp_path / "index"), "--quiet"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert ("note: skipped 2 files that are not text or Markdown: letters/offer.pdf, notes (PDF files are not read: "
+            "save them as plain text, .txt, or Markdown to index them)") in err  # fmt: skip
+    assert "note: left out 1 file with no text: empty.txt" in err
+    assert json.loads((tmp_path / "index" / "index.json").read_text())["num_blocks"] == 1
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")

@@ -123,6 +123,21 @@ def test_index_commands_build_add_eval_offload(tmp_path, demo_dir, capsys, caplo
     store = DocumentStore.load(index / "documents")
     assert len(store) == 35 and store[32]["text"] == "Rome is old 2."
     assert "already in the index" not in caplog.text
+    added = json.loads((index / "index.json").read_text())["provenance"]["added"]
+    assert added == [{"corpus": str(new), "first_id": 30, "blocks": 5}]  # what a rebuild would leave out
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(index, rebuilt)
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(corpus), "--output", str(rebuilt),
+                 "--overwrite", "--quiet"]) == 0  # fmt: skip
+    out, err = capsys.readouterr()
+    assert (f"note: the index being replaced holds 5 blocks that `index add` appended (from {new}); the new one holds "
+            f"--corpus alone. To keep them, add them again once it is built: realm-hf index add --index {rebuilt} "
+            f"--corpus {new}") in err  # fmt: skip
+    assert (
+        "indexed 30 blocks (128-d) in 1 shard" not in out
+        and "(replacing the index that was there, which held 35 blocks)" in out
+    )
+    assert "added" not in json.loads((rebuilt / "index.json").read_text())["provenance"]
     repeated = tmp_path / "repeated"
     shutil.copytree(index, repeated)
     assert main(["index", "add", "--index", str(repeated), "--model", str(demo_dir), "--corpus", str(new),
@@ -198,7 +213,7 @@ def test_index_build_overwrite_swaps_the_new_index_in_only_once_complete(tmp_pat
     # The same command again resumes (the shard written before the interrupt is kept) and swaps the index in.
     assert main(overwrite) == 0
     assert capsys.readouterr().out.strip() == (
-        f"indexed 100 blocks (32-d) in 10 shards at {index} (replacing the index that was there)"
+        f"indexed 100 blocks (32-d) in 10 shards at {index} (replacing the index that was there, which held 3 blocks)"
     )
     assert (index / "embeddings-00000.safetensors").stat().st_ino == first_shard
     assert len(DocumentStore.load(index / "documents")) == ExactSearcher.from_index(index).num_blocks == 100

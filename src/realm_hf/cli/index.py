@@ -64,15 +64,33 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
             files = sorted(file for file in location.rglob("*") if file.is_file() and not file.name.startswith("."))
             texts = [file for file in files if file.suffix.lower() in TEXT_SUFFIXES]
             tables = [file for file in files if file.suffix.lower() in FILE_FORMATS]
-            if tables or not texts:
-                found = ", ".join(file.name for file in files[:5]) + (", ..." if len(files) > 5 else "") or "no files"
+            others = [file for file in files if file not in texts and file not in tables]
+            if tables:
                 raise FileFormatError(
-                    f"corpus {path!r}: expected one file of rows ({'/'.join(sorted(FILE_FORMATS))}), a directory of "
-                    f"text files ({'/'.join(TEXT_SUFFIXES)}) or a saved document store; found {found} there. Pass "
-                    "files of rows one at a time: `index build` with the first, `index add` with each other one",
+                    f"corpus {path!r}: a folder is read as text files ({'/'.join(TEXT_SUFFIXES)}), and this one also "
+                    f"holds files of rows ({_file_names(tables, location)}). Pass files of rows one at a time: `index "
+                    "build --corpus` with the first, `index add --corpus` with each other one (and the text files as a "
+                    "folder of their own)",
                     path=location,
                 )  # fmt: skip
-            store = _text_store(read_text_files(texts), path)
+            if not texts:
+                raise FileFormatError(
+                    f"corpus {path!r}: expected a directory of text files ({'/'.join(TEXT_SUFFIXES)}), a file of rows "
+                    f"({'/'.join(sorted(FILE_FORMATS))}) or a saved document store; found "
+                    f"{_file_names(files, location) or 'no files'} there{_convert_first(others)}",
+                    path=location,
+                )  # fmt: skip
+            documents = read_text_files(texts)
+            if others:  # named, so that a question about them is not taken for one the documents cannot answer
+                print(f"note: skipped {_count(len(others), 'file')} that {'is' if len(others) == 1 else 'are'} not "
+                      f"text or Markdown: {_file_names(others, location)}{_convert_first(others, 'index them')}",
+                      file=sys.stderr)  # fmt: skip
+            read = {document["source"] for document in documents}
+            blank = [file for file in texts if str(file) not in read]
+            if blank and documents:
+                print(f"note: left out {_count(len(blank), 'file')} with no text: {_file_names(blank, location)}",
+                      file=sys.stderr)  # fmt: skip
+            store = _text_store(documents, path)
     elif location.name.startswith("block_records") or location.suffix in BLOCK_RECORDS_SUFFIXES:
         store = DocumentStore.from_block_records(location)
     elif not location.is_file():
@@ -83,11 +101,11 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
     elif (rows_of := row_file_format(location)) is None:
         # DocumentStore.from_file's own message names its file_format= argument, which the command line has not.
         received = f"a {location.suffix} file" if location.suffix else "a file without an ending"
+        advice = _convert_first([location]) or ". If it holds one of those, rename it to that ending"
         raise FileFormatError(
             f"corpus {path!r}: expected a file ending in one of {sorted(FILE_FORMATS)} (rows; optionally compressed), "
             f"{list(TEXT_SUFFIXES)} (text) or {list(BLOCK_RECORDS_SUFFIXES)} (block records), a directory of text "
-            f"files or a saved document store; received {received}. If it holds one of those, rename it to that "
-            "ending",
+            f"files or a saved document store; received {received}{advice}",
             path=location,
         )  # fmt: skip
     else:
@@ -118,6 +136,29 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
               f"{max_words} words are split at sentence ends (--max-words; 0 keeps them whole, and the model then "
               "reads only their first ~200 words)", file=sys.stderr)  # fmt: skip
     return passages
+
+
+# Documents that hold text in a format of their own: renamed to .txt they would be indexed as their markup or bytes.
+CONVERT_FIRST = {".pdf": "PDF", ".doc": "Word", ".docx": "Word", ".odt": "OpenDocument", ".rtf": "RTF",
+                 ".html": "HTML", ".htm": "HTML", ".eml": "e-mail", ".msg": "Outlook", ".xls": "Excel",
+                 ".xlsx": "Excel", ".ods": "OpenDocument", ".ppt": "PowerPoint", ".pptx": "PowerPoint",
+                 ".epub": "EPUB"}  # fmt: skip
+
+
+def _file_names(files: list[Path], folder: Path) -> str:
+    """The first five of `files`, by their path in `folder` ("notes/a.txt"), "..." after them."""
+    names = [str(file.relative_to(folder)) if file.is_relative_to(folder) else file.name for file in files[:5]]
+    return ", ".join(names) + (", ..." if len(files) > 5 else "")
+
+
+def _convert_first(files: list[Path], purpose: str = "index them") -> str:
+    """Advice for the documents among `files` whose format holds text of its own ("PDF and Word files: save them as
+    plain text, .txt, to index them"; renamed, they would be read as markup or bytes), or `""`."""
+    kinds = sorted({CONVERT_FIRST[file.suffix.lower()] for file in files if file.suffix.lower() in CONVERT_FIRST})
+    if not kinds:
+        return ""
+    named = kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
+    return f" ({named} files are not read: save them as plain text, .txt, or Markdown to {purpose})"
 
 
 def _count(number: int, noun: str) -> str:
@@ -239,6 +280,7 @@ def cmd_build(args) -> int:
         _refuse_to_replace_what_is_no_index(output)
     else:
         _refuse_finished_index(output)
+    replaced_blocks = _blocks_of(output) if replace else None
     target = output.resolve().parent / f".{output.resolve().name}.overwrite" if replace else output
     # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
     store = open_corpus(args.corpus, args.max_words, args.text_column, args.title_column)
@@ -251,6 +293,7 @@ def cmd_build(args) -> int:
     provenance = {"model": model_name, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint()}
     if state.is_main_process:
         if replace:
+            _note_what_the_new_index_leaves_out(output)
             _discard_unresumable_staging(target, store, embedder, args, provenance)
         stored = target / DOCUMENTS_DIR
         if stored.is_dir():
@@ -277,11 +320,50 @@ def cmd_build(args) -> int:
             from realm_hf.atomic import replace_directory
 
             replace_directory(target, output)
-        replaced = " (replacing the index that was there)" if replace else ""
+        replaced = (
+            ""
+            if not replace
+            else (
+                f" (replacing the index that was there, which held {_count(replaced_blocks, 'block')})"
+                if replaced_blocks is not None
+                else " (replacing the index that was there)"
+            )
+        )
         print(f"indexed {_count(manifest['num_blocks'], 'block')} ({manifest['dim']}-d) in "
               f"{_count(len(manifest['shards']), 'shard')} at {output}{replaced}")  # fmt: skip
     state.wait_for_everyone()
     return 0
+
+
+def _blocks_of(index: Path) -> int | None:
+    """How many blocks the index in `index` holds, or `None` where its manifest cannot be read."""
+    from realm_hf.retrieval.index_files import read_manifest
+
+    try:
+        return int(read_manifest(index)["num_blocks"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _note_what_the_new_index_leaves_out(output: Path) -> None:
+    """A note, before anything is embedded, where the index `--overwrite` replaces holds documents that `index add`
+    appended: the new index holds `--corpus` alone (the old one stays until the new one is complete, so an interrupt
+    loses nothing)."""
+    from realm_hf.retrieval.index_files import read_manifest
+
+    try:
+        added = read_manifest(output).get("provenance", {}).get("added", [])
+    except (OSError, ValueError):
+        return
+    added = [entry for entry in added if isinstance(entry, dict) and entry.get("blocks")]
+    if not added:
+        return
+    corpora = list(dict.fromkeys(str(entry.get("corpus")) for entry in added))
+    blocks = sum(int(entry["blocks"]) for entry in added)
+    again = "; ".join(f"realm-hf index add --index {output} --corpus {corpus}" for corpus in corpora[:3])
+    print(f"note: the index being replaced holds {_count(blocks, 'block')} that `index add` appended (from "
+          f"{', '.join(corpora)}); the new one holds --corpus alone. To keep them, add them again once it is built: "
+          f"{again}", file=sys.stderr)  # fmt: skip
 
 
 def _refuse_finished_index(output: Path) -> None:
@@ -360,9 +442,21 @@ def cmd_add(args) -> int:
     new_ids = add_documents(embedder, tokenizer, args.index, documents, batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
     if process_state().is_main_process:
+        _record_addition(Path(args.index), str(args.corpus), new_ids)
         ids = f"id {new_ids.start}" if len(new_ids) == 1 else f"ids {new_ids.start}..{new_ids.stop - 1}"
         print(f"added {_count(len(new_ids), 'block')} with {ids}; index now holds {_count(new_ids.stop, 'block')}")
     return 0
+
+
+def _record_addition(index: Path, corpus: str, new_ids: range) -> None:
+    """Records in the manifest's provenance what `index add` appended (`"added": [{"corpus", "first_id", "blocks"}]`),
+    so that `index build --overwrite` can say what a rebuild over the first corpus leaves out."""
+    from realm_hf.retrieval.index_files import read_manifest, write_manifest
+
+    manifest = read_manifest(index)
+    provenance = manifest.setdefault("provenance", {})
+    provenance.setdefault("added", []).append({"corpus": corpus, "first_id": new_ids.start, "blocks": len(new_ids)})
+    write_manifest(index, manifest)
 
 
 def cmd_offload(args) -> int:
