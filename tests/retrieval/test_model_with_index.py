@@ -222,8 +222,12 @@ def test_index_build_overwrite_swaps_the_new_index_in_only_once_complete(tmp_pat
     # What a build this one cannot resume left there (here a finished index never swapped in) is built afresh.
     shutil.copytree(index, staging)
     assert main([*build, "--corpus", str(tmp_path / "old.jsonl"), "--overwrite"]) == 0
-    embeddings = {name: data for name, data in old_files.items() if not name.startswith("documents/")}
-    assert {name: data for name, data in _files(index).items() if not name.startswith("documents/")} == embeddings
+    def embeddings(files):  # the shards, and the manifest but for when the corpus was read
+        manifest = json.loads(files["index.json"])
+        del manifest["provenance"]["corpus_read_at"]
+        return manifest, {name: data for name, data in files.items() if name.startswith("embeddings-")}
+
+    assert embeddings(_files(index)) == embeddings(old_files)
     assert len(DocumentStore.load(index / "documents")) == 3 and not staging.exists()
 
 
@@ -239,3 +243,42 @@ def test_index_build_and_add_count_one_block_in_the_singular(tmp_path, demo_dir,
     more = _rows(tmp_path / "more.jsonl", ["Rome is the capital of Italy."])
     assert main(["index", "add", "--index", str(index), "--corpus", str(more), "--quiet"]) == 0
     assert capsys.readouterr().out.strip() == "added 1 block with id 1; index now holds 2 blocks"
+
+
+def test_ask_notes_when_the_documents_changed_after_the_index_was_built(tmp_path, demo_dir, capsys, monkeypatch):
+    """`index build` records where and when it read the documents; `ask --index` says when they changed since (a
+    walkthrough edited the rent, and the index answered the old one without a word), and how to rebuild."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "lease.txt").write_text("The rent is 850 pounds a month.\n", encoding="utf-8")
+    (folder / "rules.md").write_text("# Pets\n\nCats are allowed.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    build = ["index", "build", "--model", str(demo_dir), "--corpus", "mine", "--output", "idx", "--quiet"]
+    assert main(build) == 0
+    ask = ["ask", "--model", str(demo_dir), "--index", "idx", "What is the rent?"]
+
+    def note() -> str:
+        assert main(ask) == 0
+        return "\n".join(line for line in capsys.readouterr().err.splitlines() if line.startswith("note: the doc"))
+
+    capsys.readouterr()
+    assert note() == ""
+    later = time.time() + 5
+    os.utime(folder / "lease.txt", (later, later))  # edited after the build
+    rebuild = f"rebuild it with realm-hf index build --model {demo_dir} --corpus mine --output idx --overwrite"
+    assert note() == (f"note: the documents of this index ({folder}) changed after it was built (lease.txt changed): "
+                      f"answers come from them as they were; {rebuild}")  # fmt: skip
+    (folder / "new.txt").write_text("Bins go out on Mondays.\n", encoding="utf-8")
+    os.utime(folder, (later, later))
+    assert "(lease.txt, new.txt changed; files were added, removed or renamed)" in note()
+    earlier = time.time() - 100
+    for path in [folder, *folder.iterdir()]:  # the edits above, made before the rebuild reads them
+        os.utime(path, (earlier, earlier))
+    assert main([*build, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert note() == ""  # rebuilt: nothing changed since
+    # an index built inside its documents' folder is no change to them
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", "mine", "--output", "mine/idx",
+                 "--quiet"]) == 0  # fmt: skip
+    assert main(["ask", "--model", str(demo_dir), "--index", "mine/idx", "What is the rent?"]) == 0
+    assert "note: the documents" not in capsys.readouterr().err

@@ -4,6 +4,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 from realm_hf.precision import add_precision_argument, precision_from_args
@@ -283,6 +284,7 @@ def cmd_build(args) -> int:
     replaced_blocks = _blocks_of(output) if replace else None
     target = output.resolve().parent / f".{output.resolve().name}.overwrite" if replace else output
     # The corpus before the model: a bad corpus fails at once, and before anything is written under --output.
+    read_at = time.time()  # a document changed after this is newer than the index (see `changed_documents_note`)
     store = open_corpus(args.corpus, args.max_words, args.text_column, args.title_column)
     if len(store) == 0:
         raise FileFormatError(f"corpus {args.corpus}: expected at least one document with a text, found none",
@@ -290,7 +292,8 @@ def cmd_build(args) -> int:
     state = process_state()
     model_name = _default_model(args.model)
     embedder, tokenizer = _load_embedder(model_name, args.device)
-    provenance = {"model": model_name, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint()}
+    provenance = {"model": model_name, "corpus": str(args.corpus), "corpus_fingerprint": store.fingerprint(),
+                  "corpus_path": str(Path(args.corpus).resolve()), "corpus_read_at": read_at}  # fmt: skip
     if state.is_main_process:
         if replace:
             _note_what_the_new_index_leaves_out(output)
@@ -333,6 +336,63 @@ def cmd_build(args) -> int:
               f"{_count(len(manifest['shards']), 'shard')} at {output}{replaced}")  # fmt: skip
     state.wait_for_everyone()
     return 0
+
+
+# A folder of documents is looked through up to this many entries for changes (a stat each).
+CHANGE_CHECK_MAX_ENTRIES = 20_000
+
+
+def changed_documents_note(index: str | Path) -> str | None:
+    """A note where the documents the index in `index` was built from changed after `index build` read them (their
+    path and time are in the manifest's provenance): a file newer, or, in a folder, files added, removed or renamed.
+    `None` where nothing changed, the documents are gone (moved away: nothing to compare) or the index predates the
+    record. The answers still come from the documents as they were."""
+    import shlex
+
+    from realm_hf.default_model import default_model_dir
+    from realm_hf.retrieval.index_builder import model_option
+    from realm_hf.retrieval.index_files import read_manifest
+
+    try:
+        provenance = read_manifest(Path(index)).get("provenance", {})
+        corpus, read_at = Path(provenance["corpus_path"]), float(provenance["corpus_read_at"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not corpus.exists():
+        return None
+    entries = (
+        [corpus, *(path for _, path in zip(range(CHANGE_CHECK_MAX_ENTRIES), corpus.rglob("*")))]
+        if corpus.is_dir()
+        else [corpus]
+    )
+    changed, moved, itself = [], False, Path(index).resolve()
+    for path in entries:
+        relative = path.relative_to(corpus) if path != corpus else Path(path.name)
+        if path.resolve().is_relative_to(itself) or any(part.startswith(".") for part in relative.parts):
+            continue  # the index itself, built inside its documents' folder, or hidden files (a rebuild's staging)
+        try:
+            newer = path.stat().st_mtime > read_at
+        except OSError:
+            continue
+        if newer and path.is_dir():
+            moved = moved or not itself.is_relative_to(path.resolve())  # added, removed, renamed (not the index made)
+        elif newer:
+            changed.append(str(relative))
+    if not changed and not moved:
+        return None
+    changed.sort()
+    what = (f"{', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''} changed" if changed else
+            "files were added, removed or renamed")  # fmt: skip
+    if changed and moved:
+        what += "; files were added, removed or renamed"
+    given = str(provenance.get("corpus", corpus))
+    named = given if Path(given).resolve() == corpus else str(corpus)  # as given, where it still names them from here
+    rebuild = (f"realm-hf index build{model_option(index, default_model_dir())} --corpus {shlex.quote(named)} "
+               f"--output {shlex.quote(str(index))} --overwrite")  # fmt: skip
+    return (
+        f"note: the documents of this index ({corpus}) changed after it was built ({what}): answers come from "
+        f"them as they were; rebuild it with {rebuild}"
+    )
 
 
 def _blocks_of(index: Path) -> int | None:

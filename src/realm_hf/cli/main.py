@@ -328,7 +328,11 @@ def cmd_ask(args) -> int:
     if args.index is not None:  # a missing or damaged --index says so in its own words too, before the model loads
         from realm_hf.loading import check_index
 
-        check_index(args.index, "--index")
+        from .index import changed_documents_note
+
+        note = changed_documents_note(check_index(args.index, "--index"))
+        if note:
+            print(note, file=sys.stderr)
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
     try:
         model, retriever = _load(model_path, args.index)

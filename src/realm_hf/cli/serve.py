@@ -103,7 +103,12 @@ def cmd_serve(args) -> int:
     if args.index is not None:
         from realm_hf.loading import check_index
 
+        from .index import changed_documents_note
+
         args.index = str(check_index(args.index, "--index"))  # named before the model loads, not after
+        note = changed_documents_note(args.index)
+        if note:
+            print(note, file=sys.stderr)
         examples = []  # the default model's sample questions are about its own corpus, not yours
     print(f"loading {model_path}{f' with the index {args.index}' if args.index else ''} ...", file=sys.stderr)
     try:

@@ -120,8 +120,16 @@ def is_finished_index(directory: str | Path) -> bool:
 
 def index_add_command(directory: str | Path, default_model: str | Path | None = None) -> str:
     """The `realm-hf index add` command that appends documents to the index `directory`, with the model its manifest
-    says it was built with as `--model`; none where that is `default_model` (what `index add` uses without one), and
-    `[--model MODEL]` where the manifest names no model."""
+    says it was built with as `--model` ([`model_option`])."""
+    import shlex
+
+    return f"realm-hf index add --index {shlex.quote(str(directory))}{model_option(directory, default_model)} --corpus NEW_DOCS"
+
+
+def model_option(directory: str | Path, default_model: str | Path | None = None) -> str:
+    """` --model MODEL` for a command over the index `directory`, MODEL the one its manifest says it was built with;
+    `""` where that is `default_model` (what the commands use without one), and ` [--model MODEL]` where the manifest
+    names no model."""
     import shlex
 
     try:
@@ -129,12 +137,10 @@ def index_add_command(directory: str | Path, default_model: str | Path | None = 
     except (OSError, ValueError, AttributeError):
         model = None
     if not isinstance(model, str) or not model:
-        option = " [--model MODEL]"
-    elif default_model is not None and Path(model).resolve() == Path(default_model).resolve():
-        option = ""
-    else:
-        option = f" --model {shlex.quote(model)}"
-    return f"realm-hf index add --index {shlex.quote(str(directory))}{option} --corpus NEW_DOCS"
+        return " [--model MODEL]"
+    if default_model is not None and Path(model).resolve() == Path(default_model).resolve():
+        return ""
+    return f" --model {shlex.quote(model)}"
 
 
 def refuse_finished_index(directory: Path) -> None:
