@@ -770,6 +770,27 @@ def test_unit_and_amount_spans_read_whole_words_and_one_amount():
     assert amounts.tolist() == [[[False, False, True, True, False, True, False]]]
 
 
+
+def test_units_written_onto_numbers_and_numbers_cut_short():
+    from realm_hf.pipelines.open_qa import amount_spans, unit_spans
+
+    # wordpieces: 0 "7", 1 "##am", 2 "ad", 3 "##am", 4 "£1", 5 ",", 6 "325", 7 "£1", 8 "##2", 9 ".", 10 "50"
+    ids = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    spans = SimpleNamespace(reader_input_ids=torch.tensor([[[0, 1, 2, 1, 4, 5, 6, 4, 8, 9, 6]]]),
+                            candidate_starts=torch.tensor([0, 2, 4, 4, 7, 7, 0]),
+                            candidate_ends=torch.tensor([1, 3, 4, 6, 7, 10, 0]))  # fmt: skip
+    # "7am", "adam" (a word, not an "am" written onto a number), "£1" of "£1,325", "£1,325", "£1" of "£12.50",
+    # "£12.50", "7"
+    clock, money, continuation = torch.tensor([1]), torch.tensor([4]), torch.tensor([1, 8])
+    numbers = torch.tensor([0, 6, 8])
+    assert unit_spans(spans, clock, continuation, number_ids=numbers).tolist() == [[[True, False] + [False] * 5]]
+    assert unit_spans(spans, clock, continuation).tolist() == [[[False] * 7]]  # no numbers given: never attached
+    digit_ids, word_ids, letter_ids = torch.tensor([0, 4, 6]), torch.tensor([], dtype=torch.long), torch.tensor([1, 2])
+    amounts = amount_spans(spans, digit_ids, word_ids, torch.cat([clock, money]), money, letter_ids,
+                           digit_continuation_ids=torch.tensor([8]), separator_ids=torch.tensor([5, 9]))  # fmt: skip
+    assert amounts.tolist() == [[[True, False, False, True, False, True, False]]]
+
+
 def test_a_number_is_answered_in_the_unit_asked_for(tmp_path):
     """Over a user's documents: "How long ...?" with a duration, "What does it cost?" with an amount of money, "What
     time ...?" with a time, each as one amount, whatever the (random) reader prefers."""
@@ -810,6 +831,24 @@ def test_a_price_written_with_its_sign_and_a_time_are_amounts(tmp_path):
         qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
         assert qa(questions[0])["answer"] == "€45"
         assert qa(questions[1])["answer"] == "10:30"
+
+
+def test_a_sign_held_with_its_digits_and_a_unit_written_onto_a_number_are_read(tmp_path):
+    """A vocabulary may hold a sign with its digits ("£1,325" is read "£1", ",", "325") and a unit as a continuation
+    ("7am" is read "7", "##am"): both are amounts in the unit asked for. A walkthrough's "How much is the deposit?"
+    answered "£79.62" at a score of 0.000 over "£1,325" at 0.974, and "What time will the shop open?" "7:30" over
+    "7am"."""
+    texts = ["The tenant has paid a deposit of £1,325 and gets the keys 30 days later.",
+             "From 1 July the shop opens at 7am."]  # fmt: skip
+    questions = ["How much is the deposit?", "What time will the shop open?"]
+    words = sorted({word for text in texts + questions for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+                   - set(RETRIEVAL_TEST_VOCAB) - {"7am"})  # fmt: skip
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words + ["£1", "7", "##am"])))
+    assert tokenizer.tokenize("£1,325") == ["£1", ",", "325"] and tokenizer.tokenize("7am") == ["7", "##am"]
+    for seed in range(3):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
+        assert qa(questions[0])["answer"] == "£1,325"  # not "30 days", nor "£1" of "£1,325"
+        assert qa(questions[1])["answer"] == "7am"  # not "1 July", nor "7"
 
 
 def test_number_questions_get_an_answer_holding_a_number(open_qa):

@@ -522,11 +522,13 @@ class OpenQAPipeline(Pipeline):
         narrowed = with_number.clone()
         for names in set(units) - {""}:  # each kind of unit once, for the whole batch
             ids = torch.cat([unit_ids[name] for name in names.split()])
-            in_unit = unit_spans(spans, ids, continuation_ids, unit_ids["sign"]).to(with_number.device)
+            in_unit = unit_spans(
+                spans, ids, continuation_ids, unit_ids["sign"], torch.cat([digit_ids, digit_continuation_ids])
+            ).to(with_number.device)
             in_unit &= with_number & ~ends_on_colon
             ends = ids[~torch.isin(ids, unit_ids["colon"])]
             amounts = amount_spans(spans, digit_ids, word_ids, ends, unit_ids["money"], letter_ids,
-                                   digit_continuation_ids, unit_ids["colon"])  # fmt: skip
+                                   digit_continuation_ids, unit_ids["colon"], unit_ids["separator"])  # fmt: skip
             tight = in_unit & amounts.to(with_number.device)
             for row in [row for row, asked in enumerate(units) if asked == names and bool(in_unit[row].any())]:
                 narrowed[row] = tight[row] if bool(tight[row].any()) else in_unit[row]
@@ -650,7 +652,7 @@ class OpenQAPipeline(Pipeline):
         if ids is None:
             vocab = self.tokenizer.get_vocab().items()
             ids = self._cached_number_ids = tuple(torch.tensor(sorted(found), dtype=torch.long) for found in (
-                [index for token, index in vocab if _NUMBER_TOKEN.match(token)],
+                [index for token, index in vocab if _NUMBER_TOKEN.match(token) or _SIGNED_NUMBER_TOKEN.match(token)],
                 [index for token, index in vocab if token.lower() in NUMBER_WORDS],
                 [index for token, index in vocab if token.startswith("##")],
                 [index for token, index in vocab if _DIGITS_CONTINUED.match(token)],
@@ -658,14 +660,20 @@ class OpenQAPipeline(Pipeline):
         return ids
 
     def _unit_ids(self) -> dict[str, torch.Tensor]:
-        """The wordpiece ids of each kind of unit in `UNIT_WORDS` that the vocabulary has as a word (cached)."""
+        """The wordpiece ids of each kind of unit in `UNIT_WORDS` that the vocabulary has, as a word ("am") or as a
+        continuation written onto a number ("##am" of "7am", "##km" of "5km"; [`unit_spans`] reads those only after
+        digits), and a currency sign with its digits as one wordpiece ("£1" of "£1,325") as money and as a sign; also
+        the colon, the currency signs and the separators of a number ("," and ".") (cached)."""
         ids = getattr(self, "_cached_unit_ids", None)
         if ids is None:
             vocab = self.tokenizer.get_vocab()
+            signed = [index for token, index in vocab.items() if _SIGNED_NUMBER_TOKEN.match(token)]
             ids = self._cached_unit_ids = {
-                name: torch.tensor(sorted(vocab[word] for word in words if word in vocab), dtype=torch.long)
-                for name, words in {**UNIT_WORDS, "colon": [":"], "sign": CURRENCY_SIGNS}.items()
-            }
+                name: torch.tensor(sorted({vocab[piece] for word in words for piece in (word, f"##{word}")
+                                           if piece in vocab} | set(signed if name in ("money", "sign") else ())),
+                                   dtype=torch.long)
+                for name, words in {**UNIT_WORDS, "colon": [":"], "sign": CURRENCY_SIGNS, "separator": [",", "."]}.items()
+            }  # fmt: skip
         return ids
 
     def _code_ids(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1024,6 +1032,9 @@ _ASKED_UNITS = [
 ]  # fmt: skip
 CURRENCY_SIGNS = frozenset("€$£¥")
 _NUMBER_TOKEN = re.compile(r"^\d[\d,.]*$")  # a wordpiece that starts a number: not "##2" of "K2"
+# A wordpiece that is a currency sign and the digits after it, which some vocabularies hold whole: "£1" of "£1,325"
+# ("£1", ",", "325") and of "£12.50" ("£1", "##2", ".", "50"), "£5". It starts a number and is a sign of money.
+_SIGNED_NUMBER_TOKEN = re.compile(r"^[€$£¥]\d[\d,.]*$")
 _DIGITS_CONTINUED = re.compile(r"^##\d+$")  # the "##2" of "1492" (wordpieces "149", "##2")
 _ASKS_FOR_A_YEAR = re.compile(rf"\b{_YEAR}\b", re.IGNORECASE)
 _YEAR_NUMBER = re.compile(r"\b(?<![\d.,])([12]\d{3})\b(?![.,]\d)")  # "2055", not the "2055" of "12,055" or "2055.5"
@@ -1232,10 +1243,16 @@ def _preceded(reader_ids: torch.Tensor, ids: torch.Tensor) -> torch.BoolTensor:
 
 
 def unit_spans(
-    spans, unit_ids: torch.Tensor, continuation_ids: torch.Tensor, sign_ids: torch.Tensor | None = None
+    spans,
+    unit_ids: torch.Tensor,
+    continuation_ids: torch.Tensor,
+    sign_ids: torch.Tensor | None = None,
+    number_ids: torch.Tensor | None = None,
 ) -> torch.BoolTensor:
     """Which candidate spans hold one of `unit_ids` as a whole word (not the "m" of "m##Ah") or as one of `sign_ids`,
-    whatever follows (the "€" of "€45", read "€", "##45"): `(B, R, N)`.
+    whatever follows (the "€" of "€45", read "€", "##45"): `(B, R, N)`. A unit that is itself a continuation
+    wordpiece ("##am" of "7am", "##km" of "5km") counts right after one of `number_ids` only (not the "##am" of a
+    word), and not at all without them.
 
     Of the spans holding a number, a question asking for one in a unit ([`asked_units`]) is answered with one that
     holds the unit where any is: "How long does the battery last?" over "a 2200 mAh battery ... lasts about 11 hours"
@@ -1249,6 +1266,10 @@ def unit_spans(
     if sign_ids is not None:
         whole |= torch.isin(reader_ids, sign_ids.to(device))
     units = torch.isin(reader_ids, unit_ids.to(device)) & whole
+    # written onto a number ("7am": "7", "##am"), or not a unit at all (the "##m" of a word)
+    attached = torch.isin(reader_ids, continuation_ids.to(device))
+    after_number = _preceded(reader_ids, number_ids) if number_ids is not None else torch.zeros_like(attached)
+    units &= ~attached | after_number
     return _count_in_spans(units, starts, ends) > 0
 
 
@@ -1261,14 +1282,17 @@ def amount_spans(
     letter_ids: torch.Tensor,
     digit_continuation_ids: torch.Tensor | None = None,
     colon_ids: torch.Tensor | None = None,
+    separator_ids: torch.Tensor | None = None,
 ) -> torch.BoolTensor:
     """Which candidate spans are one amount and nothing around it: `(B, R, N)`, `True` where span `n` of block `r`
     starts with a number (`digit_ids`, `word_ids`) and ends with one of `unit_ids` ("11 hours", "4-year", "5.50 euros",
     "7 working days", "three months") or, given `colon_ids`, with the digits after a colon ("10:30"), or starts with a
     currency sign among `money_ids` and ends with digits ("$ 5", "€12.50", and "€45", read "€", "##45", given
     `digit_continuation_ids`), and holds no digits after a word (`letter_ids`: "5,200 mAh battery lasts about 11 hours"
-    is two). A question asking for a number in a unit is answered with such a span where one holds the unit; see
-    [`unit_spans`]."""
+    is two), and does not stop inside a number: not before digits that continue it (given `digit_continuation_ids`:
+    the "£1" of "£12.50", read "£1", "##2", ".", "50") nor, given `separator_ids` ("," and "."), before a separator and
+    digits (the "£1" of "£1,325"). A question asking for a number in a unit is answered with such a span where one
+    holds the unit; see [`unit_spans`]."""
     reader_ids = spans.reader_input_ids  # (B, R, L)
     device = reader_ids.device
     starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
@@ -1292,7 +1316,16 @@ def amount_spans(
     order = torch.arange(positions.shape[-1], device=device)
     first_word = torch.where(words_at, order, positions.shape[-1]).amin(-1)
     last_digits = torch.where(digits_at, order, -1).amax(-1)
-    return amount & (last_digits < first_word)
+    # a number cut short: digits, or a separator and digits, right after the span's last wordpiece
+    digits = torch.isin(reader_ids, torch.cat([digit_ids, digit_continuation_ids]).to(device) if
+                        digit_continuation_ids is not None else digit_ids.to(device))  # fmt: skip
+    cut = torch.zeros_like(digits)
+    if digit_continuation_ids is not None:
+        cut |= torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], digit_continuation_ids.to(device)), (0, 1))
+    if separator_ids is not None:
+        separated = torch.isin(reader_ids[..., 1:-1], separator_ids.to(device)) & digits[..., 2:]
+        cut |= torch.nn.functional.pad(separated, (0, 2))
+    return amount & (last_digits < first_word) & ~cut[..., ends]
 
 
 def whole_number_spans(
