@@ -222,6 +222,7 @@ def test_index_build_overwrite_swaps_the_new_index_in_only_once_complete(tmp_pat
     # What a build this one cannot resume left there (here a finished index never swapped in) is built afresh.
     shutil.copytree(index, staging)
     assert main([*build, "--corpus", str(tmp_path / "old.jsonl"), "--overwrite"]) == 0
+
     def embeddings(files):  # the shards, and the manifest but for when the corpus was read
         manifest = json.loads(files["index.json"])
         del manifest["provenance"]["corpus_read_at"]
@@ -282,3 +283,25 @@ def test_ask_notes_when_the_documents_changed_after_the_index_was_built(tmp_path
                  "--quiet"]) == 0  # fmt: skip
     assert main(["ask", "--model", str(demo_dir), "--index", "mine/idx", "What is the rent?"]) == 0
     assert "note: the documents" not in capsys.readouterr().err
+
+
+def test_several_text_columns_write_each_row_as_its_fields(tmp_path, demo_dir, capsys):
+    """A file of rows with no text column (a list of contacts): `--text-column name,role,phone` writes each row's text
+    from those fields; a column the file lacks is named with the columns found."""
+    contacts = tmp_path / "contacts.csv"
+    contacts.write_text("name,role,phone,email\nDev Patel,Baker,07700 900789,dev@example.com\n"
+                        "Sana Malik,Shop manager,,sana@example.com\n", encoding="utf-8")  # fmt: skip
+    index = tmp_path / "index"
+    build = ["index", "build", "--model", str(demo_dir), "--corpus", str(contacts), "--output", str(index), "--quiet"]
+    assert main(build) == 1
+    assert "--text-column name,role,phone writes each row as" in capsys.readouterr().err
+    assert main([*build, "--text-column", "name,role,phone"]) == 0
+    store = DocumentStore.load(index / "documents")
+    assert [store[i]["text"] for i in range(2)] == ["name: Dev Patel; role: Baker; phone: 07700 900789",
+                                                   "name: Sana Malik; role: Shop manager"]  # fmt: skip
+    assert store[0]["email"] == "dev@example.com"  # the other columns are kept
+    assert main([*build, "--overwrite", "--text-column", "name, mobile"]) == 1
+    assert (
+        "--text-column names ['mobile'], which the file lacks; found columns ['name', 'role', 'phone', 'email']"
+        in (capsys.readouterr().err)
+    )

@@ -110,16 +110,22 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
             path=location,
         )  # fmt: skip
     else:
+        # Several columns ("name,role,phone"): each row's text is written from them, "name: ...; role: ...".
+        joined = [name.strip() for name in text_column.split(",") if name.strip()] if "," in text_column else None
         try:
-            store = DocumentStore.from_file(location, text_column=text_column, title_column=title_column)
+            store = DocumentStore.from_file(location, text_column=joined[0] if joined else text_column,
+                                            title_column=title_column)  # fmt: skip
         except MissingColumnError as error:
-            if error.column != text_column or column_hint(error.column, error.found):
+            if error.column != (joined[0] if joined else text_column) or column_hint(error.column, error.found):
                 raise  # the message already says what to do (rename a column, or write the file with commas)
             raise MissingColumnError(
-                f"{error}; pass --text-column with the column that holds the text (and --title-column with the one "
-                "of the titles, if any)",
+                f"{error}; pass --text-column with the column that holds the text, or several that together say what "
+                "a row is (--text-column name,role,phone writes each row as \"name: ...; role: ...; phone: ...\"), "
+                "and --title-column with the one of the titles, if any",
                 column=error.column, found=error.found, path=error.path,
             ) from None  # fmt: skip
+        if joined:
+            store = _rows_as_text(store, joined, path)
     store = _without_empty_rows(store, path, rows_of)
     blank = [start + offset for start, _, texts in store.iter_batches(10_000)
              for offset, text in enumerate(texts) if not text.strip()]  # fmt: skip
@@ -160,6 +166,29 @@ def _convert_first(files: list[Path], purpose: str = "index them") -> str:
         return ""
     named = kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
     return f" ({named} files are not read: save them as plain text, .txt, or Markdown to {purpose})"
+
+
+def _rows_as_text(store, columns: list[str], path: str):
+    """`store` (read with `columns[0]` as its text) with each row's text written from `columns`, "name: Dev Patel;
+    role: plumber; phone: 07700 900123" (empty values left out); the other columns are kept."""
+    from realm_hf.errors import MissingColumnError
+    from realm_hf.retrieval.document_store import DocumentStore
+
+    found = [columns[0], *(name for name in store.column_names if name not in ("id", "text", "title"))]
+    missing = [name for name in columns if name not in found]
+    if missing:
+        raise MissingColumnError(f"corpus {path!r}: --text-column names {missing}, which the file lacks; found columns "
+                                 f"{found}", column=missing[0], found=found, path=path)  # fmt: skip
+
+    def records():
+        for document in store:
+            del document["id"]
+            values = {name: document["text"] if name == columns[0] else document.get(name) for name in columns}
+            document["text"] = "; ".join(f"{name}: {value}" for name, value in values.items()
+                                         if value is not None and str(value).strip())  # fmt: skip
+            yield document
+
+    return DocumentStore.from_records(records())
 
 
 def _count(number: int, noun: str) -> str:
@@ -788,7 +817,13 @@ def cutoffs(value: str) -> list[int]:
 
 
 def _add_column_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--text-column", default="text", help="the text column of a file of rows (default: text)")
+    parser.add_argument(
+        "--text-column",
+        default="text",
+        help="the text column of a file of rows (default: text); "
+        "several, comma-separated, write each row's text from them (name,role,phone -> \"name: ...; "
+        'role: ...; phone: ...")',
+    )
     parser.add_argument("--title-column", default="title", help="its title column, if any (default: title)")
 
 
