@@ -715,7 +715,10 @@ def test_asks_for_a_year(question, year):
      ("The treaty was signed in what year?", True), ("HOW OLD is the universe?", True), ("When did Rome fall?", True),
      ("How did Rome fall?", False), ("Who wrote Hamlet?", False), ("What yearly festival is held in Rio?", False),
      ("How often should I descale the kettle?", True), ("What time does the office close?", True),
-     ("What does the lamp cost?", True), ("When it is spring in the north, what season is it in the south?", False)],
+     ("What does the lamp cost?", True), ("When it is spring in the north, what season is it in the south?", False),
+     ("What is Dev Patel's phone number?", True), ("What number do I ring if the boiler breaks?", True),
+     ("Which number do I call for room service?", True), ("What's the number for customer service?", True),
+     ("What number of people live here?", False), ("Who took the phone?", False)],
 )  # fmt: skip
 def test_asks_for_a_number(question, asks):
     from realm_hf.pipelines.open_qa import asks_for_a_number

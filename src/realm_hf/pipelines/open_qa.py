@@ -994,9 +994,12 @@ _ASKS_FOR_A_TIME = (
     r"^\W*when\b(?!.*\b(?:what|who|whom|which|where|how)\b)"
     r"|\b(?:(?:from|since|until|till|by)\s+when|what\s+time|how\s+(?:late|early|soon))\b"
 )
+# A number to call, written in digits ("0800 4411 260", "extension 312"): "What number do I ring ...?", "What is the
+# phone number of ...?" (not "What number of people ...?"). A small reader picks the e-mail beside it.
+_ASKS_FOR_A_PHONE = r"\b(?:phone|telephone|mobile|fax)\s+(?:number|no)\b|\b(?:what|which)(?:'s|\s+is)?\s+(?:the\s+)?number\b(?!\s+of\b)"
 _ASKS_FOR_A_NUMBER = re.compile(
     rf"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big|often|frequently)|{_YEAR})\b"
-    rf"|{_ASKS_FOR_A_TIME}",
+    rf"|{_ASKS_FOR_A_TIME}|{_ASKS_FOR_A_PHONE}",
     re.IGNORECASE,
 )
 # The units a number may be asked in, as whole words of an uncased vocabulary.
@@ -1086,7 +1089,8 @@ def _answer_kinds(questions: list[str]) -> dict:
 
 def asks_for_a_number(question: str) -> bool:
     """Whether a question asks for a number: "How many ...", "How long ...", "How old ...", "In what year ...",
-    "... in which year?", a time ("When ...", "What time ...", "How late ...": "13:00", "19 June", "1945") or an amount
+    "... in which year?", a number to call ("What number do I ring ...?", "What is the phone number of ...?"), a time
+    ("When ...", "What time ...", "How late ...": "13:00", "19 June", "1945") or an amount
     in a unit ("What does the lamp cost?", see [`asked_units`]). Where no span read holds a number ("When did the
     Renaissance begin?" -> "during the Middle Ages"), the reader's own choice stands."""
     return bool(_ASKS_FOR_A_NUMBER.search(question)) or bool(asked_units(question))
