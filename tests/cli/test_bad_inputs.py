@@ -282,8 +282,11 @@ CLI_CASES = [
                             "{out}"], None, 1, "latin1.jsonl line 2: expected UTF-8 text, received byte 0xe9"),
     ("build-csv-wrong-columns", ["index", "build", "--model", "{demo}", "--corpus", "{in}/wrong.csv", "--output",
                                  "{out}"], None, 1, "wrong.csv: expected a text column 'text', found columns ['foo', "
-                                                    "'bar']; pass --text-column with the column that holds the text "
-                                                    "(and --title-column with the one of the titles, if any)"),
+                                                    "'bar']; pass --text-column with the column that holds the text, "
+                                                    "or several that together say what a row is (--text-column "
+                                                    "name,role,phone writes each row as \"name: ...; role: ...; "
+                                                    "phone: ...\"), and --title-column with the one of the titles, "
+                                                    "if any"),
     ("build-tsv-wrong-columns", ["index", "build", "--model", "{demo}", "--corpus", "{in}/wrong.tsv", "--output",
                                  "{out}"], None, 1, "expected a text column 'text', found columns ['foo', 'bar']"),
     ("build-empty-csv", ["index", "build", "--model", "{demo}", "--corpus", "{in}/empty.csv", "--output", "{out}"],
