@@ -316,3 +316,17 @@ def test_a_repo_id_not_in_the_offline_cache_is_refused_before_anything_is_read()
     with pytest.raises(ModelLoadError, match="'nobody/no-such-model' is neither a directory here .* nor a Hub repo in "
                                              "the Hub cache \\(offline"):  # fmt: skip
         load_open_qa("nobody/no-such-model")
+
+
+def test_ask_says_when_the_index_given_is_the_models_own(index_layout, capsys):
+    """`--index` naming the model's own index (the model directory, or its index/) reads the model's corpus, as no
+    --index does: a user who meant their documents is told so."""
+    from realm_hf.cli.main import main
+
+    for index in (index_layout, index_layout / "index"):
+        assert main(["ask", "--model", str(index_layout), "--index", str(index), "Who wrote Hamlet?"]) == 0
+        assert f"note: --index {index} is the model's own index, the corpus it answers from without --index" in (
+            capsys.readouterr().err
+        )
+    assert main(["ask", "--model", str(index_layout), "Who wrote Hamlet?"]) == 0
+    assert "note:" not in capsys.readouterr().err

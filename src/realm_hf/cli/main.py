@@ -326,11 +326,17 @@ def cmd_ask(args) -> int:
                   file=sys.stderr)  # fmt: skip
     model_path = model_location(model_path)  # a missing directory says so in its own words, not wrapped below
     if args.index is not None:  # a missing or damaged --index says so in its own words too, before the model loads
-        from realm_hf.loading import check_index
+        from realm_hf.loading import check_index, is_own_index
 
         from .index import changed_documents_note
 
-        note = changed_documents_note(check_index(args.index, "--index"))
+        found = check_index(args.index, "--index")
+        note = changed_documents_note(found)
+        if is_own_index(model_path, found):  # an index of documents was meant, and the model's corpus is read
+            note = (
+                f"note: --index {args.index} is the model's own index, the corpus it answers from without --index; "
+                "for your documents, build an index of them with `realm-hf index build --corpus ... --output ...`"
+            )
         if note:
             print(note, file=sys.stderr)
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
