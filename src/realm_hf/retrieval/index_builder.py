@@ -188,13 +188,19 @@ def _clean_temporary_files(directory: Path) -> None:
 DEFAULT_MAX_LENGTH = 288
 
 
+# Provenance that says when a run read its corpus, not what it builds (see `build_settings`).
+RUN_PROVENANCE = frozenset({"corpus_read_at"})
+
+
 def build_settings(embedder, num_blocks: int, *, shard_size: int, batch_size: int, max_length: int,
                    provenance: dict | None = None) -> dict:  # fmt: skip
     """The settings [`build_index`] records in a partial build (`build.json`) and resumes only under."""
     # A block never holds more wordpieces than the model has positions (the demo model has 128, REALM 512).
     max_length = min(max_length, getattr(embedder.config, "max_position_embeddings", max_length))
+    # When the corpus was read differs from one run to the next: a resumed build is still the same build.
+    provenance = {key: value for key, value in (provenance or {}).items() if key not in RUN_PROVENANCE}
     return {"num_blocks": num_blocks, "dim": embedder.config.retriever_proj_size, "shard_size": shard_size,
-            "max_length": max_length, "batch_size": batch_size, "provenance": provenance or {}}  # fmt: skip
+            "max_length": max_length, "batch_size": batch_size, "provenance": provenance}  # fmt: skip
 
 
 def resumable_build(directory: str | Path, settings: dict) -> bool:
