@@ -155,7 +155,11 @@ def test_bodies_that_are_not_json_are_refused(client):
 
 def test_only_loopback_host_names_are_accepted_by_default(client, tiny_open_qa):
     # Another site reaching the server through a DNS name it controls (DNS rebinding) is refused.
-    assert client.get("/", headers={"Host": "evil.example"}).status_code == 400
+    refused = client.get("/", headers={"Host": "evil.example"})
+    assert refused.status_code == 400 and refused.json() == {"error": "Host 'evil.example' is not accepted: this server "
+                                                              "answers requests addressed to 127.0.0.1 or localhost "
+                                                              "(`realm-hf serve --host 0.0.0.0` serves requests from "
+                                                              "other machines)"}  # fmt: skip
     assert _ask(client, {"questions": ["ok?"]}, headers={"Host": "evil.example:8000"}).status_code == 400
     assert client.get("/", headers={"Host": "localhost:8000"}).status_code == 200
     app = create_app(PipelineAnswerer(tiny_open_qa), allowed_hosts=None)

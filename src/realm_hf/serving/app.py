@@ -20,8 +20,8 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
@@ -125,10 +125,28 @@ def create_app(
         Route("/api/ask", api_ask, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    middleware = (
-        [] if allowed_hosts is None else [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
-    )
+    middleware = [] if allowed_hosts is None else [Middleware(_AllowedHosts, hosts=list(allowed_hosts))]
     return Starlette(routes=routes, middleware=middleware, exception_handlers={404: _json_error, 405: _json_error})
+
+
+class _AllowedHosts:
+    """Refuses a request whose `Host` header (port aside) is none of `hosts`, with a 400 and `{"error": ...}` naming
+    what is accepted, like every other refusal of the API (Starlette's own middleware answers in plain text)."""
+
+    def __init__(self, app, hosts: list[str]):
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket"):
+            host = Headers(scope=scope).get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host  # "[::1]" has colons of its own
+            if name not in self.hosts:
+                accepted = " or ".join(self.hosts)
+                message = (f"Host {host!r} is not accepted: this server answers requests addressed to {accepted} "
+                           "(`realm-hf serve --host 0.0.0.0` serves requests from other machines)")  # fmt: skip
+                await JSONResponse({"error": message}, status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _json_error(request: Request, error) -> JSONResponse:
