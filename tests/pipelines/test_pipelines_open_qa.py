@@ -773,7 +773,6 @@ def test_unit_and_amount_spans_read_whole_words_and_one_amount():
     assert amounts.tolist() == [[[False, False, True, True, False, True, False]]]
 
 
-
 def test_units_written_onto_numbers_and_numbers_cut_short():
     from realm_hf.pipelines.open_qa import amount_spans, unit_spans
 
@@ -846,7 +845,9 @@ def test_a_sign_held_with_its_digits_and_a_unit_written_onto_a_number_are_read(t
     questions = ["How much is the deposit?", "What time will the shop open?"]
     words = sorted({word for text in texts + questions for word in re.findall(r"\w+|[^\w\s]", text.lower())}
                    - set(RETRIEVAL_TEST_VOCAB) - {"7am"})  # fmt: skip
-    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words + ["£1", "7", "##am"])))
+    tokenizer = RealmTokenizer(
+        str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words + ["£1", "7", "##am"]))
+    )
     assert tokenizer.tokenize("£1,325") == ["£1", ",", "325"] and tokenizer.tokenize("7am") == ["7", "##am"]
     for seed in range(3):  # whatever the reader's own order
         qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
@@ -1116,6 +1117,18 @@ def test_a_question_about_the_asker_is_abstained_on_over_documents_not_about_any
     own = pipeline("open-qa", model=str(demo_dir), index=str(tmp_path / "own"), device="cpu")
     answer = own(personal, calibration=calibration)
     assert answer["about_the_asker"] == [] and answer["abstained"] is False
+    # Over a user's own index the documents are about the user, in whatever person they are written: a tenancy
+    # agreement that says "the tenant" answers "How much is my deposit?" (a walkthrough's was "(not sure)").
+    lease = tmp_path / "lease.jsonl"
+    lease.write_text(json.dumps({"title": "Lease", "text": "The tenant has paid a deposit of 1325 pounds."}) + "\n",
+                     encoding="utf-8")  # fmt: skip
+    assert main(["index", "build", "--corpus", str(lease), "--output", str(tmp_path / "lease"), "--quiet"]) == 0
+    mine = pipeline("open-qa", model=str(demo_dir), index=str(tmp_path / "lease"), device="cpu")
+    question = "How much is my deposit?"
+    assert mine(question, calibration=calibration)["about_the_asker"] == []
+    assert mine(question, calibration=calibration)["abstained"] is False
+    asked = mine(question, calibration=calibration, abstain_on_personal_questions=True)  # the rule, asked for
+    assert asked["about_the_asker"] == ["my"] and asked["abstained"] is True
 
 
 def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):

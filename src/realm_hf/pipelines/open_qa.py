@@ -32,8 +32,10 @@ And a question that names the kind of thing it asks for ("In which country is Ma
 A model with a calibration abstains on a question that names something no block of its corpus mentions ("Who is the
 king of Zanzanryx?"): whatever it reads, the corpus cannot say ([`unknown_names`]; `abstain_on_unknown_names=False`
 turns it off). So does it on a question about its asker ("Who is the CEO of my company?") over a corpus that never
-speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks_in_person`]; a user's own handbook
-that says "your" is asked such questions; `abstain_on_personal_questions=False` turns it off).
+speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks_in_person`]; a handbook that says
+"your" is asked such questions; `abstain_on_personal_questions=False` turns it off). Over a user's own index
+(`index=`, `searcher=`) the rule is off by default: their documents are about them, in whatever person they are
+written ("How much is my deposit?" over a tenancy agreement that says "the tenant").
 """
 
 import dataclasses
@@ -95,9 +97,10 @@ class OpenQAPipeline(Pipeline):
             past the end of a sentence (see [`cross_sentence_spans`]); a call may override it.
         abstain_on_unknown_names (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a question
             naming a word no block holds (see [`unknown_names`]); a call may override it.
-        abstain_on_personal_questions (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a
-            question about its asker ("my", see [`about_the_asker`]) over a corpus that never speaks to or as a person
-            ([`speaks_in_person`]); a call may override it.
+        abstain_on_personal_questions (`bool`, *optional*): with a calibration, abstain on a question about its asker
+            ("my", see [`about_the_asker`]) over a corpus that never speaks to or as a person ([`speaks_in_person`]);
+            by default over the model's own corpus, not over a user's index (`model.searches_own_index`); a call may
+            override it.
         prefer_number_answers (`bool`, *optional*, defaults to `True`): answer a question that asks for a number
             ([`asks_for_a_number`]) with a span holding one (see [`number_spans`]), and a year with a span that is one
             number ([`whole_number_spans`]), where any candidate is; a call may override it.
@@ -220,7 +223,8 @@ class OpenQAPipeline(Pipeline):
             abstain_on_unknown_names (`bool`, *optional*): with a calibration, abstain where the question names a word
                 no block holds (default: `True`).
             abstain_on_personal_questions (`bool`, *optional*): with a calibration, abstain where the question asks
-                about its asker and the corpus never speaks to or as a person (default: `True`).
+                about its asker and the corpus never speaks to or as a person (default: over the model's own corpus,
+                not over a user's index).
             prefer_number_answers (`bool`, *optional*): answer a question asking for a number with a span holding one,
                 where any does (default: `True`).
             prefer_name_answers (`bool`, *optional*): answer a question asking for someone with a span that reads
@@ -317,7 +321,7 @@ class OpenQAPipeline(Pipeline):
             postprocess_params["calibration"] = _as_calibration(calibration)
             forward_params["idf_coverage"] = IDF_COVERAGE in postprocess_params["calibration"].features
             preprocess_params.setdefault("abstain_on_unknown_names", True)
-            preprocess_params.setdefault("abstain_on_personal_questions", True)
+            preprocess_params.setdefault("abstain_on_personal_questions", self._searches_own_index())
         if top_k is not None:
             if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
                 raise ValueError(f"top_k must be a positive int (answers per question), got {top_k!r}.")
@@ -349,8 +353,8 @@ class OpenQAPipeline(Pipeline):
         # A list of one list: batches collate it to one list per question, and one question's inputs pass as they are.
         inputs["unknown_names"] = [unknown_names(question, self._document_frequencies()[0])
                                    if abstain_on_unknown_names else []]  # fmt: skip
-        if abstain_on_personal_questions is None:
-            abstain_on_personal_questions = self._calibration() is not None
+        if abstain_on_personal_questions is None:  # a user's documents are about them, in whatever person written
+            abstain_on_personal_questions = self._calibration() is not None and self._searches_own_index()
         inputs["about_the_asker"] = [_unanswerable_asker_words(question, self._document_frequencies())
                                      if abstain_on_personal_questions else []]  # fmt: skip
         inputs.update(_answer_kinds([question]))
@@ -782,6 +786,10 @@ class OpenQAPipeline(Pipeline):
                 else 0.0, "abstained": calibration is not None, "threshold": None if calibration is None
                 else float(threshold), "unknown_names": names, "about_the_asker": asker}  # fmt: skip
 
+    def _searches_own_index(self) -> bool:
+        """Whether the model reads its own corpus (no `index=` / `searcher=` given; see `loading.is_own_index`)."""
+        return bool(getattr(self.model, "searches_own_index", True))
+
     def _calibration(self):
         """The model's calibration: `model.calibration` if set, else `calibration.json` beside its weights, else
         `None` (read once)."""
@@ -1070,7 +1078,8 @@ def answers_with_features(
                 results.append({"answer": answer["answer"], "evidence": answer["evidence"],
                                 "features": one["features"][0, 0].tolist(),
                                 "unknown_names": unknown_names(question, frequencies[0]),
-                                "about_the_asker": _unanswerable_asker_words(question, frequencies)})  # fmt: skip
+                                "about_the_asker": _unanswerable_asker_words(question, frequencies)
+                                if open_qa._searches_own_index() else []})  # fmt: skip
             bar.update(len(batch))
     return results
 
