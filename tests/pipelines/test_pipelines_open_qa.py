@@ -776,8 +776,8 @@ def test_unit_and_amount_spans_read_whole_words_and_one_amount():
 def test_units_written_onto_numbers_and_numbers_cut_short():
     from realm_hf.pipelines.open_qa import amount_spans, unit_spans
 
-    # wordpieces: 0 "7", 1 "##am", 2 "ad", 3 "##am", 4 "£1", 5 ",", 6 "325", 7 "£1", 8 "##2", 9 ".", 10 "50"
-    ids = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    # "7am adam £1,325 £12.50" as token ids: 0 "7", 1 "##am", 2 "ad", 1 "##am", 4 "£1", 5 ",", 6 "325", 4 "£1",
+    # 8 "##2", 9 ".", 6 (digits)
     spans = SimpleNamespace(reader_input_ids=torch.tensor([[[0, 1, 2, 1, 4, 5, 6, 4, 8, 9, 6]]]),
                             candidate_starts=torch.tensor([0, 2, 4, 4, 7, 7, 0]),
                             candidate_ends=torch.tensor([1, 3, 4, 6, 7, 10, 0]))  # fmt: skip
@@ -819,40 +819,39 @@ def test_a_number_is_answered_in_the_unit_asked_for(tmp_path):
     assert sorted(map(key, plain)) == sorted(map(key, preferred)) and preferred[0]["answer"] == "11 hours"
 
 
+def _answered_whatever_the_reader(tmp_path, texts: list[str], answers: dict[str, str], pieces: dict[str, list[str]]):
+    """Each question of `answers` gets its answer over `texts` from three random readers: the rules decide, not the
+    reader's own order. The vocabulary holds the words of the texts and questions, each word of `pieces` (how a real
+    vocabulary splits it) as those wordpieces instead."""
+    words = sorted({word for text in [*texts, *answers] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+                   - set(RETRIEVAL_TEST_VOCAB) - set(pieces))  # fmt: skip
+    extra = sorted({piece for split in pieces.values() for piece in split} - set(words) - set(RETRIEVAL_TEST_VOCAB))
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words + extra)))
+    for written, split in pieces.items():
+        assert tokenizer.tokenize(written) == split
+    for seed in range(3):
+        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
+        assert {question: qa(question)["answer"] for question in answers} == answers, seed
+
+
 def test_a_price_written_with_its_sign_and_a_time_are_amounts(tmp_path):
     """ "€45" (wordpieces "€", "##45") holds a number and is one amount of money; "10:30" is one time, not the start of
     "10:30 and leave your key"."""
     texts = ["The plot rent is €45 per plot and is due by 31 January.",
              "Please check out by 10:30 and leave your key at reception."]  # fmt: skip
-    questions = ["How much does it cost to rent a plot?", "What time do we need to check out?"]
-    words = sorted({word for text in texts + questions for word in re.findall(r"\w+|[^\w\s]", text.lower())}
-                   - set(RETRIEVAL_TEST_VOCAB) - {"45"})  # fmt: skip
-    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words + ["##45"])))
-    assert tokenizer.tokenize("€45") == ["€", "##45"]
-    for seed in range(3):  # whatever the reader's own order
-        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
-        assert qa(questions[0])["answer"] == "€45"
-        assert qa(questions[1])["answer"] == "10:30"
+    answers = {"How much does it cost to rent a plot?": "€45", "What time do we need to check out?": "10:30"}
+    _answered_whatever_the_reader(tmp_path, texts, answers, {"€45": ["€", "##45"]})
 
 
 def test_a_sign_held_with_its_digits_and_a_unit_written_onto_a_number_are_read(tmp_path):
     """A vocabulary may hold a sign with its digits ("£1,325" is read "£1", ",", "325") and a unit as a continuation
-    ("7am" is read "7", "##am"): both are amounts in the unit asked for. A walkthrough's "How much is the deposit?"
-    answered "£79.62" at a score of 0.000 over "£1,325" at 0.974, and "What time will the shop open?" "7:30" over
-    "7am"."""
+    ("7am" is read "7", "##am"): both are amounts in the unit asked for, and "£1" alone (of "£1,325") is none. A
+    walkthrough's "How much is the deposit?" answered "£79.62" at a score of 0.000 over "£1,325" at 0.974, and "What
+    time will the shop open?" "7:30" over "7am"."""
     texts = ["The tenant has paid a deposit of £1,325 and gets the keys 30 days later.",
              "From 1 July the shop opens at 7am."]  # fmt: skip
-    questions = ["How much is the deposit?", "What time will the shop open?"]
-    words = sorted({word for text in texts + questions for word in re.findall(r"\w+|[^\w\s]", text.lower())}
-                   - set(RETRIEVAL_TEST_VOCAB) - {"7am"})  # fmt: skip
-    tokenizer = RealmTokenizer(
-        str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words + ["£1", "7", "##am"]))
-    )
-    assert tokenizer.tokenize("£1,325") == ["£1", ",", "325"] and tokenizer.tokenize("7am") == ["7", "##am"]
-    for seed in range(3):  # whatever the reader's own order
-        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
-        assert qa(questions[0])["answer"] == "£1,325"  # not "30 days", nor "£1" of "£1,325"
-        assert qa(questions[1])["answer"] == "7am"  # not "1 July", nor "7"
+    answers = {"How much is the deposit?": "£1,325", "What time will the shop open?": "7am"}
+    _answered_whatever_the_reader(tmp_path, texts, answers, {"£1,325": ["£1", ",", "325"], "7am": ["7", "##am"]})
 
 
 def test_number_questions_get_an_answer_holding_a_number(open_qa):
