@@ -352,15 +352,10 @@ def cmd_build(args) -> int:
             from realm_hf.atomic import replace_directory
 
             replace_directory(target, output)
-        replaced = (
-            ""
-            if not replace
-            else (
-                f" (replacing the index that was there, which held {_count(replaced_blocks, 'block')})"
-                if replaced_blocks is not None
-                else " (replacing the index that was there)"
-            )
-        )
+        replaced = ""
+        if replace:
+            held = f", which held {_count(replaced_blocks, 'block')}" if replaced_blocks is not None else ""
+            replaced = f" (replacing the index that was there{held})"
         print(f"indexed {_count(manifest['num_blocks'], 'block')} ({manifest['dim']}-d) in "
               f"{_count(len(manifest['shards']), 'shard')} at {output}{replaced}")  # fmt: skip
     state.wait_for_everyone()
@@ -438,6 +433,8 @@ def _note_what_the_new_index_leaves_out(output: Path) -> None:
     """A note, before anything is embedded, where the index `--overwrite` replaces holds documents that `index add`
     appended: the new index holds `--corpus` alone (the old one stays until the new one is complete, so an interrupt
     loses nothing)."""
+    import shlex
+
     from realm_hf.retrieval.index_files import read_manifest
 
     try:
@@ -449,7 +446,8 @@ def _note_what_the_new_index_leaves_out(output: Path) -> None:
         return
     corpora = list(dict.fromkeys(str(entry.get("corpus")) for entry in added))
     blocks = sum(int(entry["blocks"]) for entry in added)
-    again = "; ".join(f"realm-hf index add --index {output} --corpus {corpus}" for corpus in corpora[:3])
+    again = "; ".join(f"realm-hf index add --index {shlex.quote(str(output))} --corpus {shlex.quote(corpus)}"
+                      for corpus in corpora[:3])  # fmt: skip
     print(f"note: the index being replaced holds {_count(blocks, 'block')} that `index add` appended (from "
           f"{', '.join(corpora)}); the new one holds --corpus alone. To keep them, add them again once it is built: "
           f"{again}", file=sys.stderr)  # fmt: skip
@@ -531,7 +529,7 @@ def cmd_add(args) -> int:
     new_ids = add_documents(embedder, tokenizer, args.index, documents, batch_size=args.batch_size,
                             progress=not args.quiet)  # fmt: skip
     if process_state().is_main_process:
-        _record_addition(Path(args.index), str(args.corpus), new_ids)
+        _record_addition(Path(args.index), str(Path(args.corpus).resolve()), new_ids)
         ids = f"id {new_ids.start}" if len(new_ids) == 1 else f"ids {new_ids.start}..{new_ids.stop - 1}"
         print(f"added {_count(len(new_ids), 'block')} with {ids}; index now holds {_count(new_ids.stop, 'block')}")
     return 0
