@@ -46,6 +46,7 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
             "score",
             "block_id",
             "title",
+            "source",
             "evidence",
             "start",
             "end",

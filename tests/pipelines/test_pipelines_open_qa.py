@@ -37,8 +37,8 @@ QUESTIONS = [
     "Who was a pioneer of computer science?",
 ]
 ANSWER_KEYS = {
-    "answer", "score", "start", "end", "block_id", "title", "evidence", "confidence", "abstained", "threshold",
-    "unknown_names", "about_the_asker",
+    "answer", "score", "start", "end", "block_id", "title", "source", "evidence", "confidence", "abstained",
+    "threshold", "unknown_names", "about_the_asker",
 }  # fmt: skip
 
 
@@ -67,7 +67,7 @@ def _same_text(answer: str, wordpieces: str) -> bool:
 def _assert_answer(answer: dict, retriever: RealmRetriever) -> None:
     assert set(answer) == ANSWER_KEYS
     assert answer["confidence"] is None and answer["abstained"] is False  # no calibration: never abstains
-    assert answer["threshold"] is None
+    assert answer["threshold"] is None and answer["source"] is None  # block records know no files
     assert isinstance(answer["score"], float) and 0.0 < answer["score"] <= 1.0
     assert answer["evidence"] == retriever.block_records[answer["block_id"]].decode()
     assert answer["evidence"][answer["start"] : answer["end"]] == answer["answer"]

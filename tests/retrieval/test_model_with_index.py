@@ -305,3 +305,31 @@ def test_several_text_columns_write_each_row_as_its_fields(tmp_path, demo_dir, c
         "--text-column names ['mobile'], which the file lacks; found columns ['name', 'role', 'phone', 'email']"
         in (capsys.readouterr().err)
     )
+
+
+def test_answers_over_text_files_name_the_file_they_came_from(tmp_path, demo_dir, capsys, monkeypatch):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "lease.txt").write_text("The rent is 850 pounds a month.\n", encoding="utf-8")
+    (folder / "rules.md").write_text("# Pets\n\nCats are allowed in the flat.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", "mine", "--output", "idx", "--quiet"]) == 0
+    ask = ["ask", "--model", str(demo_dir), "--index", "idx", "--top-k", "2", "What is the rent?"]
+    capsys.readouterr()
+    assert main([*ask, "--json"]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    sources = {"lease": "mine/lease.txt", "rules: Pets": "mine/rules.md"}  # as index build read them
+    assert answers and all(answer["source"] == sources[answer["title"]] for answer in answers)
+    assert main(ask) == 0
+    first = answers[0]
+    assert (
+        f"evidence [block {first['block_id']}, {first['title']!r} in {first['source']}]: " in capsys.readouterr().out
+    )
+    # rows with no source column know no file
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"title": "Lease", "text": "The rent is 850 pounds a month."}) + "\n", encoding="utf-8")
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(rows), "--output", "rows-idx",
+                 "--quiet"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["ask", "--model", str(demo_dir), "--index", "rows-idx", "--json", "What is the rent?"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] is None

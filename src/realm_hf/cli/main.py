@@ -98,6 +98,7 @@ def answer_questions(
                     "score": answer["score"],
                     "block_id": answer["block_id"],
                     "title": answer["title"],
+                    "source": answer.get("source"),
                     "evidence": answer["evidence"],
                     "start": answer["start"],
                     "end": answer["end"],
@@ -133,6 +134,7 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         if result["rank"] == 1:
             print(f"Q: {result['question']}")
         title = f", {result['title']!r}" if result["title"] else ""
+        title += f" in {result['source']}" if result.get("source") else ""  # the file it came from
         confidence = result.get("confidence")
         score = f"score {result['score']:.3f}" + (f", confidence {confidence:.2f}" if confidence is not None else "")
         threshold = result.get("threshold")

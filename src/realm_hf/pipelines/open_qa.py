@@ -124,6 +124,8 @@ class OpenQAPipeline(Pipeline):
     - `block_id` (`int`): corpus id of the block.
     - `title` (`str` or `None`): the document title when the retriever knows it (block records from a
       [`DocumentStore`]); `None` for plain block records such as the Hub's, which hold no titles.
+    - `source` (`str` or `None`): the file the block came from, where the documents know it (`realm-hf index build`
+      over text or Markdown files, or rows with a `source` column); `None` otherwise.
     - `evidence` (`str`): the block text, as the reader saw it (a titled document store block starts with its title).
     - `confidence` (`float` or `None`): the calibrated probability that the answer is right, from the model's
       `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
@@ -766,6 +768,7 @@ class OpenQAPipeline(Pipeline):
                     "end": end,
                     "block_id": block_ids[index],
                     "title": self._title(block_ids[index]),
+                    "source": self._source(block_ids[index]),
                     "evidence": evidence,
                     # Without a calibration there is no confidence, and the model never abstains.
                     "confidence": None if confidences is None else float(confidences[rank]),
@@ -782,7 +785,7 @@ class OpenQAPipeline(Pipeline):
         # No block read holds a single token of text (e.g. empty records): an empty answer from the best block.
         evidence = record_text(self.retriever.block_records[block_ids[0]])
         return {"answer": "", "score": 0.0, "start": 0, "end": 0, "block_id": block_ids[0],
-                "title": self._title(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
+                "title": self._title(block_ids[0]), "source": self._source(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
                 else 0.0, "abstained": calibration is not None, "threshold": None if calibration is None
                 else float(threshold), "unknown_names": names, "about_the_asker": asker}  # fmt: skip
 
@@ -832,6 +835,11 @@ class OpenQAPipeline(Pipeline):
                 "come from the retriever's tokenizer (retriever.tokenizer)."
             )
         return text, {position: tuple(all_offsets[first + i]) for i, position in enumerate(positions)}
+
+    def _source(self, block_id: int) -> str | None:
+        # Documents read from files know the file (`source`); other block records do not.
+        sources = getattr(self.retriever.block_records, "sources", None)
+        return sources([block_id])[0] if callable(sources) else None
 
     def _title(self, block_id: int) -> str | None:
         # Block records backed by a DocumentStore carry titles; plain records (the Hub's) have none.

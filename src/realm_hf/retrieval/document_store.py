@@ -657,6 +657,16 @@ class DocumentStore:
             self._title_view = self._dataset.select_columns(["title"])
         return self._title_view[rows]["title"]
 
+    def sources(self, ids: Any) -> list[str | None]:
+        """`list`: the `source` of the documents `ids` (the file a text file's paragraph came from, as `realm-hf index
+        build` read it, or a `source` column of your rows); `None` each where the store has no such column."""
+        rows = self._normalize_ids(ids)
+        if "source" not in self._dataset.column_names:
+            return [None] * len(rows)
+        return [
+            None if value is None else str(value) for value in self._dataset.select_columns(["source"])[rows]["source"]
+        ]
+
     def block_texts(self, ids: Any, include_title: bool = True) -> list[str]:
         """`list[str]`: what REALM embeds and reads for the documents `ids`: [`block_text`] of each title and text."""
         columns = self._title_text(ids)
@@ -834,6 +844,10 @@ class DocumentStoreBlockRecords(Sequence):
     def titles(self, ids: Any) -> list[str]:
         """`list[str]`: the document titles of `ids` ("" where a document has none), for answers' `title`."""
         return self.store.titles(ids)
+
+    def sources(self, ids: Any) -> list[str | None]:
+        """`list`: where the documents of `ids` came from ([`DocumentStore.sources`]), for answers' `source`."""
+        return self.store.sources(ids)
 
     def texts(self, ids: Any, errors: str = "strict") -> list[str]:
         """`list[str]`: the block texts of `ids` (an `int`, slice or array of ids, flattened), as `BlockRecords.texts`."""

@@ -58,6 +58,7 @@ function renderAnswer(answer) {
   const source = element("div", "source");
   if (answer.title) source.append(element("span", "doc-title", answer.title), " · ");
   source.append("block " + answer.block_id);
+  if (typeof answer.source === "string" && answer.source) source.append(" · " + answer.source);
   article.append(source);
   article.append(highlightedEvidence(answer.evidence, answer.start, answer.end));
   return article;
