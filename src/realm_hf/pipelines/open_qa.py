@@ -678,7 +678,8 @@ class OpenQAPipeline(Pipeline):
                 name: torch.tensor(sorted({vocab[piece] for word in words for piece in (word, f"##{word}")
                                            if piece in vocab} | set(signed if name in ("money", "sign") else ())),
                                    dtype=torch.long)
-                for name, words in {**UNIT_WORDS, "colon": [":"], "sign": CURRENCY_SIGNS, "separator": [",", "."]}.items()
+                for name, words in {**UNIT_WORDS, "colon": [":"], "sign": CURRENCY_SIGNS,
+                                    "separator": [",", "."]}.items()
             }  # fmt: skip
         return ids
 
@@ -785,9 +786,10 @@ class OpenQAPipeline(Pipeline):
         # No block read holds a single token of text (e.g. empty records): an empty answer from the best block.
         evidence = record_text(self.retriever.block_records[block_ids[0]])
         return {"answer": "", "score": 0.0, "start": 0, "end": 0, "block_id": block_ids[0],
-                "title": self._title(block_ids[0]), "source": self._source(block_ids[0]), "evidence": evidence, "confidence": None if calibration is None
-                else 0.0, "abstained": calibration is not None, "threshold": None if calibration is None
-                else float(threshold), "unknown_names": names, "about_the_asker": asker}  # fmt: skip
+                "title": self._title(block_ids[0]), "source": self._source(block_ids[0]), "evidence": evidence,
+                "confidence": None if calibration is None else 0.0, "abstained": calibration is not None,
+                "threshold": None if calibration is None else float(threshold), "unknown_names": names,
+                "about_the_asker": asker}  # fmt: skip
 
     def _searches_own_index(self) -> bool:
         """Whether the model reads its own corpus (no `index=` / `searcher=` given; see `loading.is_own_index`)."""
@@ -1012,7 +1014,10 @@ _ASKS_FOR_A_TIME = (
 )
 # A number to call, written in digits ("0800 4411 260", "extension 312"): "What number do I ring ...?", "What is the
 # phone number of ...?" (not "What number of people ...?"). A small reader picks the e-mail beside it.
-_ASKS_FOR_A_PHONE = r"\b(?:phone|telephone|mobile|fax)\s+(?:number|no)\b|\b(?:what|which)(?:'s|\s+is)?\s+(?:the\s+)?number\b(?!\s+of\b)"
+_ASKS_FOR_A_PHONE = (
+    r"\b(?:phone|telephone|mobile|fax)\s+(?:number|no)\b"
+    r"|\b(?:what|which)(?:'s|\s+is)?\s+(?:the\s+)?number\b(?!\s+of\b)"
+)
 _ASKS_FOR_A_NUMBER = re.compile(
     rf"\b(?:how\s+(?:many|much|long|old|far|tall|high|deep|wide|heavy|large|big|often|frequently)|{_YEAR})\b"
     rf"|{_ASKS_FOR_A_TIME}|{_ASKS_FOR_A_PHONE}",

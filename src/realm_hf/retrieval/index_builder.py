@@ -123,7 +123,8 @@ def index_add_command(directory: str | Path, default_model: str | Path | None = 
     says it was built with as `--model` ([`model_option`])."""
     import shlex
 
-    return f"realm-hf index add --index {shlex.quote(str(directory))}{model_option(directory, default_model)} --corpus NEW_DOCS"
+    option = model_option(directory, default_model)
+    return f"realm-hf index add --index {shlex.quote(str(directory))}{option} --corpus NEW_DOCS"
 
 
 def model_option(directory: str | Path, default_model: str | Path | None = None) -> str:
