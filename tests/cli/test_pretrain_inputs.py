@@ -163,7 +163,7 @@ def _no_corpus_reading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the corpus was read before the options were checked")
 
-    monkeypatch.setattr("realm_hf.cli.index.open_corpus", refuse)
+    monkeypatch.setattr("realm_hf.cli.corpus.open_corpus", refuse)
 
 
 @pytest.mark.parametrize(

@@ -101,12 +101,12 @@ def _check_embedder_given(value: str) -> None:
 
 
 def _open_documents(path: str):
-    """The corpus of --documents (see `realm_hf.cli.index.open_corpus`), which must hold a document."""
+    """The corpus of --documents (see `realm_hf.cli.corpus.open_corpus`), which must hold a document."""
     import os
 
     from realm_hf.errors import FileFormatError, MissingFileError
 
-    from .index import open_corpus
+    from .corpus import open_corpus
 
     if not os.path.exists(path):
         raise MissingFileError(f"--documents {path!r}: no such file or directory (expected a document store directory, "

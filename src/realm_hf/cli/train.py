@@ -155,7 +155,7 @@ def _documents(args):
     """The corpus the block ids point into: --documents, else the index's documents/, else the model's records."""
     from realm_hf.retrieval.index_builder import DOCUMENTS_DIR
 
-    from .index import open_corpus
+    from .corpus import open_corpus
 
     if args.documents is not None:
         return open_corpus(args.documents)
