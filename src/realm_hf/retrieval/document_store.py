@@ -158,8 +158,8 @@ class DocumentStore:
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._scratch: ScratchDirectory | None = None
         self._fingerprint: str | None = None
-        self._text_view: datasets.Dataset | None = None
-        self._title_view: datasets.Dataset | None = None
+        # Views of a few columns, made once: reading the texts along with the titles took 0.2 s for 43,829 titles.
+        self._views: dict[tuple[str, ...], datasets.Dataset] = {}
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -562,7 +562,7 @@ class DocumentStore:
 
     def _set_dataset(self, dataset: datasets.Dataset) -> None:
         self._dataset = dataset
-        self._text_view = self._title_view = None
+        self._views = {}
         self._fingerprint = None
 
     @property
@@ -640,9 +640,13 @@ class DocumentStore:
         rows = self._normalize_ids(ids)
         if not rows:
             return {"title": [], "text": []}
-        if self._text_view is None:
-            self._text_view = self._dataset.select_columns(["title", "text"])
-        return self._text_view[rows]
+        return self._view("title", "text")[rows]
+
+    def _view(self, *columns: str) -> datasets.Dataset:
+        """The dataset's `columns` alone (made once, until the documents change): a row read from it reads no other."""
+        if columns not in self._views:
+            self._views[columns] = self._dataset.select_columns(list(columns))
+        return self._views[columns]
 
     def texts(self, ids: Any) -> list[str]:
         """`list[str]`: the texts of the documents `ids` (as for [`DocumentStore.get`]), without titles."""
@@ -653,9 +657,7 @@ class DocumentStore:
         rows = self._normalize_ids(ids)
         if not rows:
             return []
-        if self._title_view is None:  # the titles alone: reading the texts too took 0.2 s for 43,829 titles
-            self._title_view = self._dataset.select_columns(["title"])
-        return self._title_view[rows]["title"]
+        return self._view("title")[rows]["title"]
 
     def sources(self, ids: Any) -> list[str | None]:
         """`list`: the `source` of the documents `ids` (the file a text file's paragraph came from, as `realm-hf index
@@ -663,9 +665,7 @@ class DocumentStore:
         rows = self._normalize_ids(ids)
         if "source" not in self._dataset.column_names:
             return [None] * len(rows)
-        return [
-            None if value is None else str(value) for value in self._dataset.select_columns(["source"])[rows]["source"]
-        ]
+        return [None if value is None else str(value) for value in self._view("source")[rows]["source"]]
 
     def block_texts(self, ids: Any, include_title: bool = True) -> list[str]:
         """`list[str]`: what REALM embeds and reads for the documents `ids`: [`block_text`] of each title and text."""
