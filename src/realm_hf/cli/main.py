@@ -333,12 +333,13 @@ def cmd_ask(args) -> int:
         from .index import changed_documents_note
 
         found = check_index(args.index, "--index")
-        note = changed_documents_note(found)
         if is_own_index(model_path, found):  # an index of documents was meant, and the model's corpus is read
             note = (
                 f"note: --index {args.index} is the model's own index, the corpus it answers from without --index; "
                 "for your documents, build an index of them with `realm-hf index build --corpus ... --output ...`"
             )
+        else:
+            note = changed_documents_note(found)
         if note:
             print(note, file=sys.stderr)
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
