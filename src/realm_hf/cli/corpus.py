@@ -33,7 +33,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
             files = sorted(file for file in location.rglob("*") if file.is_file() and not file.name.startswith("."))
             texts = [file for file in files if file.suffix.lower() in TEXT_SUFFIXES]
             tables = [file for file in files if file.suffix.lower() in FILE_FORMATS]
-            others = [file for file in files if file not in texts and file not in tables]
+            others = [file for file in files if file.suffix.lower() not in (*TEXT_SUFFIXES, *FILE_FORMATS)]
             if tables:
                 raise FileFormatError(
                     f"corpus {path!r}: a folder is read as text files ({'/'.join(TEXT_SUFFIXES)}), and this one also "
@@ -52,7 +52,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
             documents = read_text_files(texts)
             if others:  # named, so that a question about them is not taken for one the documents cannot answer
                 print(f"note: skipped {counted(len(others), 'file')} that {'is' if len(others) == 1 else 'are'} not "
-                      f"text or Markdown: {_file_names(others, location)}{_convert_first(others, 'index them')}",
+                      f"text or Markdown: {_file_names(others, location)}{_convert_first(others)}",
                       file=sys.stderr)  # fmt: skip
             read = {document["source"] for document in documents}
             blank = [file for file in texts if str(file) not in read]
@@ -126,14 +126,14 @@ def _file_names(files: list[Path], folder: Path) -> str:
     return ", ".join(names) + (", ..." if len(files) > 5 else "")
 
 
-def _convert_first(files: list[Path], purpose: str = "index them") -> str:
+def _convert_first(files: list[Path]) -> str:
     """Advice for the documents among `files` whose format holds text of its own ("PDF and Word files: save them as
     plain text, .txt, to index them"; renamed, they would be read as markup or bytes), or `""`."""
     kinds = sorted({CONVERT_FIRST[file.suffix.lower()] for file in files if file.suffix.lower() in CONVERT_FIRST})
     if not kinds:
         return ""
     named = kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
-    return f" ({named} files are not read: save them as plain text, .txt, or Markdown to {purpose})"
+    return f" ({named} files are not read: save them as plain text, .txt, or Markdown to index them)"
 
 
 def _rows_as_text(store, columns: list[str], path: str):
