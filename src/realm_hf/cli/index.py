@@ -1,6 +1,7 @@
 """`realm-hf index build | add | eval | offload | compress`: the user's corpus as a block-embedding index."""
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -163,11 +164,7 @@ def changed_documents_note(index: str | Path) -> str | None:
         return None
     if not corpus.exists():
         return None
-    entries = (
-        [corpus, *(path for _, path in zip(range(CHANGE_CHECK_MAX_ENTRIES), corpus.rglob("*")))]
-        if corpus.is_dir()
-        else [corpus]
-    )
+    entries = [corpus, *itertools.islice(corpus.rglob("*"), CHANGE_CHECK_MAX_ENTRIES)] if corpus.is_dir() else [corpus]
     changed, moved, itself = [], False, Path(index).resolve()
     for path in entries:
         relative = path.relative_to(corpus) if path != corpus else Path(path.name)
