@@ -56,6 +56,14 @@ class ModelLoadError(RealmHfError, OSError):
     """A model could not be loaded from the directory or Hub repo id given; the message says why."""
 
 
+def missing_index_error(option: str, index) -> MissingFileError:
+    """The error for an index directory that does not exist, worded alike where the command line checks it (before
+    torch loads) and where the library opens the index. `option` names how it was given ("--index")."""
+    # index.json is `realm_hf.loading.INDEX_MANIFEST`, not imported: this module imports nothing heavy
+    return MissingFileError(f"{option} {str(index)!r}: no such directory (expected an index directory written by "
+                            "`realm-hf index build`, holding index.json)")  # fmt: skip
+
+
 def not_utf8_error(
     name: str | None, data: bytes, position: int, *, offset: int = 0, line: int | None = None, path=None,
     hint: str = " (save the file as UTF-8)",

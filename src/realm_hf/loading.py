@@ -259,7 +259,7 @@ def index_directory(index: str | os.PathLike, option: str = "--index / index=") 
         MissingFileError: `index` does not exist.
         FileFormatError: it holds no index (a `ValueError` too).
     """
-    from .errors import FileFormatError, MissingFileError
+    from .errors import FileFormatError, missing_index_error
     from .retrieval import is_searcher_directory
 
     index_dir = Path(index)
@@ -268,8 +268,7 @@ def index_directory(index: str | os.PathLike, option: str = "--index / index=") 
     if is_searcher_directory(index_dir / INDEX_DIR):  # a model directory with an index/ was given as the index
         return index_dir / INDEX_DIR
     if not index_dir.exists():
-        raise MissingFileError(f"{option} {str(index_dir)!r}: no such directory (expected an index directory "
-                               f"written by `realm-hf index build`, holding {INDEX_MANIFEST})")  # fmt: skip
+        raise missing_index_error(option, index_dir)
     if index_dir.is_file():
         if index_dir.name == INDEX_MANIFEST:
             raise FileFormatError(f"{option} {str(index_dir)!r} is a file; expected the index directory "

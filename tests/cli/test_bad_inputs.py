@@ -206,7 +206,7 @@ CLI_CASES = [
      "line 1: expected a 'question' string and 'answers' (or 'answer'), got a JSON array; write one JSON object per "
      "line (JSON Lines)"),
     ("eval-missing-data", ["evaluate", "--model", "{demo}", "--data", "{in}/missing.jsonl"], None, 1,
-     "missing.jsonl': no such file (expected a JSON Lines file of"),
+     "missing.jsonl': no such file or directory (expected a JSON Lines file of"),
     ("calibrate-only-unanswerable", ["calibrate", "--model", "{demo}", "--data", "{in}/qa-unanswerable.jsonl"], None,
      1, "qa-unanswerable.jsonl: all 2 questions have \"answers\": [] (unanswerable); expected questions with answers "
         "among them too"),

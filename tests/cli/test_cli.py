@@ -349,7 +349,8 @@ def test_control_characters_from_documents_print_as_escapes():
          "resume where it stopped"),
     ],
 )  # fmt: skip
-def test_an_interrupted_command_says_whether_a_rerun_resumes(monkeypatch, capsys, module, command, argv, again):
+def test_an_interrupted_command_says_whether_a_rerun_resumes(monkeypatch, capsys, tmp_path, module, command, argv,
+                                                              again):  # fmt: skip
     import importlib
 
     from realm_hf.cli import main as cli
@@ -357,6 +358,9 @@ def test_an_interrupted_command_says_whether_a_rerun_resumes(monkeypatch, capsys
     def interrupted(args):
         raise KeyboardInterrupt
 
+    monkeypatch.chdir(tmp_path)  # the input files exist: a missing one is named before the command runs
+    for name in ("questions.jsonl", "t.jsonl"):
+        (tmp_path / name).write_text("")
     monkeypatch.setattr(importlib.import_module(f"realm_hf.cli.{module}"), command, interrupted)
     assert cli.main(argv) == 130
     assert f"interrupted; run the same command again to {again}" in capsys.readouterr().err

@@ -148,6 +148,7 @@ def _one_line_usage_error(argv, capsys) -> str:
 
 
 def test_an_unknown_flag_is_a_one_line_usage_error(tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text("")  # it exists: a missing --train-file is named before the command checks
     base = ["--model", "m", "--train-file", str(tmp_path / "t.jsonl"), "--output-dir", str(tmp_path / "o")]
     assert _one_line_usage_error(["train", *base, "--no-such-flag", "1"], capsys) == (
         "realm-hf train: error: unrecognized arguments: --no-such-flag 1 (see `realm-hf train --help` and "

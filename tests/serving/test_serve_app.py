@@ -257,12 +257,13 @@ def test_serve_answers_over_http_from_a_model_directory(tmp_path):
     assert f"serving on http://127.0.0.1:{port}" in output
 
 
-def test_a_busy_port_is_reported_before_loading_the_model(capsys):
+def test_a_busy_port_is_reported_before_loading_the_model(capsys, tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert main(["serve", "--model", "/no/such/model", "--port", str(port)]) == 1
+        # an empty directory as the model: loading it would fail, so an error that is not about it came first
+        assert main(["serve", "--model", str(tmp_path), "--port", str(port)]) == 1
     error = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in error and "Pass another --port" in error
     assert "loading" not in error
@@ -276,9 +277,9 @@ def test_a_busy_port_is_reported_before_loading_the_model(capsys):
         ("192.0.2.1", "is not an address of this machine"),  # TEST-NET-1: a valid address, but not this machine's
     ],
 )
-def test_a_host_that_cannot_be_listened_on_is_named_before_loading_the_model(host, received, capsys):
+def test_a_host_that_cannot_be_listened_on_is_named_before_loading_the_model(host, received, capsys, tmp_path):
     """Nothing is served: the address is tried (bound, never listened on) before the model loads, and refused."""
-    assert main(["serve", "--model", "/no/such/model", "--host", host, "--port", "8765"]) == 1
+    assert main(["serve", "--model", str(tmp_path), "--host", host, "--port", "8765"]) == 1
     error = capsys.readouterr().err
     assert len(error.splitlines()) == 1, error
     assert error.startswith(f"realm-hf serve: error: --host {host!r} {received} ("), error

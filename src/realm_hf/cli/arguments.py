@@ -89,9 +89,7 @@ def model_location(value: str, option: str = "--model") -> str:
             raise ModelLoadError(f"{option} {value!r} holds no config.json: expected a model directory (written by "
                                  "save_pretrained or `realm-hf train`) or a Hub repo id")  # fmt: skip
         return value
-    # A Hub repo id is `name` or `owner/name`; anything else that does not exist was meant as a directory.
-    looks_like_path = os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value
-    if looks_like_path:
+    if _looks_like_a_path(value):
         raise MissingFileError(f"{option} {value!r}: no such directory (expected a model directory or a Hub repo id)")
     from realm_hf.checkpoints import check_hub_model
 
@@ -100,6 +98,43 @@ def model_location(value: str, option: str = "--model") -> str:
     except ModelLoadError as error:
         raise ModelLoadError(f"{option} {error}") from None
     return value
+
+
+def _looks_like_a_path(value: str) -> bool:
+    """A Hub repo id is `name` or `owner/name`; anything else that does not exist was meant as a directory."""
+    return os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value
+
+
+# The other inputs `check_inputs_exist` names, by their argparse dest, with what they should be.
+INPUT_FILES = {
+    "data": 'a JSON Lines file of {"question": ..., "answers": [...]} rows',
+    "train_file": "a file of training questions: .jsonl, .json, .csv or .parquet",
+    "documents": "a document store directory, a JSONL / CSV / TSV / Parquet file of rows, or a text file or folder of them",
+}
+
+
+def check_inputs_exist(args: argparse.Namespace) -> None:
+    """Names a command's input that does not exist before the package's heavy imports (torch and Transformers take
+    about 6 s), so that a mistyped path answers at once, with the message the command would give later: `--index`,
+    `--corpus`, a `--model` that is a path, `--data`, `--train-file` and `--documents`."""
+    from realm_hf.errors import MissingFileError, missing_index_error
+
+    from .corpus import missing_corpus_error
+
+    def given(name: str) -> str | None:
+        value = getattr(args, name, None)
+        return value if isinstance(value, str) and value and not os.path.exists(value) else None
+
+    if (index := given("index")) is not None:
+        raise missing_index_error("--index", index)
+    if (corpus := given("corpus")) is not None:
+        raise missing_corpus_error(corpus)
+    if (model := given("model")) is not None and _looks_like_a_path(model):
+        model_location(model)
+    for name, expected in INPUT_FILES.items():
+        if (path := given(name)) is not None:
+            option = "--" + name.replace("_", "-")
+            raise MissingFileError(f"{option} {path!r}: no such file or directory (expected {expected})")
 
 
 def device_name(value: str) -> str:

@@ -18,7 +18,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
     (one document per paragraph); with `max_words`, texts longer than that are split into passages. `text_column` and
     `title_column` name the columns of a file of rows. Rows with neither a text nor a title are left out, with a note
     naming them; a corpus of only such rows raises `FileFormatError`."""
-    from realm_hf.errors import FileFormatError, MissingColumnError, MissingFileError
+    from realm_hf.errors import FileFormatError, MissingColumnError
     from realm_hf.retrieval.document_import import FILE_FORMATS, column_hint, row_file_format
     from realm_hf.retrieval.document_store import MANIFEST_NAME, DocumentStore
     from realm_hf.retrieval.passages import TEXT_SUFFIXES, read_text_files, split_long_documents
@@ -63,8 +63,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
     elif location.name.startswith("block_records") or location.suffix in BLOCK_RECORDS_SUFFIXES:
         store = DocumentStore.from_block_records(location)
     elif not location.is_file():
-        raise MissingFileError(f"corpus {path!r} does not exist (expected a file of rows, a text or Markdown file, "
-                               f"a folder of them, or a saved document store){_near_match(location)}")  # fmt: skip
+        raise missing_corpus_error(path)
     elif location.suffix.lower() in TEXT_SUFFIXES:
         store = _text_store(read_text_files([location]), path)
     elif (rows_of := row_file_format(location)) is None:
@@ -216,6 +215,15 @@ def _text_store(documents: list[dict], path: str):
     if not documents:
         raise FileFormatError(f"corpus {path!r}: expected text, found only blank lines", path=path)
     return DocumentStore.from_records(documents)
+
+
+def missing_corpus_error(path: str):
+    """The error for a `--corpus` that does not exist, with the name of a file or folder beside it whose name is close
+    ("did you mean ...?"); the command line raises it before torch loads, `open_corpus` where it reads."""
+    from realm_hf.errors import MissingFileError
+
+    return MissingFileError(f"corpus {path!r} does not exist (expected a file of rows, a text or Markdown file, a "
+                            f"folder of them, or a saved document store){_near_match(Path(path))}")  # fmt: skip
 
 
 def _near_match(location: Path) -> str:

@@ -291,13 +291,12 @@ def _without_passage_columns_the_index_lacks(store, index: Path):
 
 
 def cmd_add(args) -> int:
-    from realm_hf.errors import MissingFileError
+    from realm_hf.errors import missing_index_error
     from realm_hf.retrieval.distributed import process_state
     from realm_hf.retrieval.index_builder import add_documents
 
     if not Path(args.index).is_dir():
-        raise MissingFileError(f"--index {args.index!r}: no such directory (expected an index written by `realm-hf "
-                               "index build`)")  # fmt: skip
+        raise missing_index_error("--index", args.index)
     documents = _without_passage_columns_the_index_lacks(
         open_corpus(args.corpus, args.max_words, args.text_column, args.title_column), Path(args.index)
     )

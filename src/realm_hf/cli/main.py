@@ -12,6 +12,7 @@ from .arguments import (
     RealmHfArgumentParser,
     add_device_argument,
     add_searcher_arguments,
+    check_inputs_exist,
     check_writable_directory,
     choose_searcher,
     did_you_mean,
@@ -498,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
             from .arguments import parse_trainer_flags
 
             args.trainer_flags = parse_trainer_flags(args.trainer_argv, prog, args.required_trainer_flags)
+        # a mistyped path named at once, not after torch and Transformers load (usage errors, above, come first)
+        check_inputs_exist(args)
         _finish_package_import()
         return args.func(args)
     except KeyboardInterrupt:
