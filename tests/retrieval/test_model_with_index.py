@@ -7,6 +7,7 @@ import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -244,6 +245,43 @@ def test_index_build_and_add_count_one_block_in_the_singular(tmp_path, demo_dir,
     more = _rows(tmp_path / "more.jsonl", ["Rome is the capital of Italy."])
     assert main(["index", "add", "--index", str(index), "--corpus", str(more), "--quiet"]) == 0
     assert capsys.readouterr().out.strip() == "added 1 block with id 1; index now holds 2 blocks"
+
+
+def test_index_build_resumes_a_small_corpus_from_its_last_shard(tmp_path, demo_dir, capsys, monkeypatch):
+    """Without --shard-size a build cuts a small corpus into shards of 256 blocks (a 64th of it, at least 256), so an
+    interruption loses one shard's work, not the whole build; a rerun resumes with the partial build's own shard size,
+    whatever the default would be now."""
+    from realm_hf.retrieval import index_builder
+
+    corpus = _rows(tmp_path / "docs.jsonl", [f"Paris is the capital of France, number {i}." for i in range(600)])
+    index = tmp_path / "index"
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(corpus), "--output", str(index),
+                 "--quiet"]) == 0  # fmt: skip
+    manifest = json.loads((index / "index.json").read_text())
+    assert manifest["shard_size"] == 256 and [shard["count"] for shard in manifest["shards"]] == [256, 256, 88]
+    assert index_builder.default_shard_size(43_829) == 685 and index_builder.default_shard_size(13_353_718) == 16384
+
+    # a build started with 100 blocks a shard, stopped after its first two
+    written = []
+    original = index_builder.write_embedding_shard
+
+    def write_two_then_stop(path, embeddings):
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        written.append(path)
+        original(path, embeddings)
+
+    monkeypatch.setattr(index_builder, "write_embedding_shard", write_two_then_stop)
+    partial = tmp_path / "partial"
+    build = ["index", "build", "--model", str(demo_dir), "--corpus", str(corpus), "--output", str(partial), "--quiet"]
+    assert main([*build, "--shard-size", "100"]) == 130 and not (partial / "index.json").exists()
+    monkeypatch.setattr(index_builder, "write_embedding_shard", original)
+    kept = {path: Path(path).stat().st_mtime_ns for path in written}
+    capsys.readouterr()
+    assert main(build) == 0  # no --shard-size: the partial build's 100, and its two shards kept
+    assert json.loads((partial / "index.json").read_text())["shard_size"] == 100
+    assert {path: Path(path).stat().st_mtime_ns for path in written} == kept
+    assert "indexed 600 blocks (32-d) in 6 shards" in capsys.readouterr().out
 
 
 def test_ask_notes_when_the_documents_changed_after_the_index_was_built(tmp_path, demo_dir, capsys, monkeypatch):

@@ -78,7 +78,7 @@ def cmd_build(args) -> int:
     from realm_hf.errors import FileFormatError, IndexMismatchError
     from realm_hf.retrieval.distributed import process_state
     from realm_hf.retrieval.document_store import DocumentStore
-    from realm_hf.retrieval.index_builder import build_index
+    from realm_hf.retrieval.index_builder import build_index, default_shard_size
 
     output = Path(args.output)
     check_writable_directory(args.output, "--output", purpose="write the index into (a new one, or an unfinished build "
@@ -98,6 +98,8 @@ def cmd_build(args) -> int:
     if len(store) == 0:
         raise FileFormatError(f"corpus {args.corpus}: expected at least one document with a text, found none",
                               path=args.corpus)  # fmt: skip
+    if args.shard_size is None:
+        args.shard_size = default_shard_size(len(store), target)
     state = process_state()
     model_name = _default_model(args.model)
     embedder, tokenizer = _load_embedder(model_name, args.device)
@@ -617,7 +619,8 @@ def add_parser(subparsers) -> None:
                        help="replace the index --output holds: the new one is built beside it and swapped in once "
                             "complete, so the old one stays whole if the build fails or is interrupted (and a rerun "
                             "resumes)")  # fmt: skip
-    build.add_argument("--shard-size", type=positive_int, default=16384, help="blocks per shard (default: 16384)")
+    build.add_argument("--shard-size", type=positive_int, help="blocks per shard, the unit an interrupted build "
+                       "resumes from (default: a 64th of the corpus, 256 to 16384)")  # fmt: skip
     build.add_argument("--batch-size", type=positive_int, default=64, help="blocks per forward pass (default: 64)")
     build.add_argument("--max-length", type=positive_int, default=288, help="wordpieces per block (default: 288)")
     build.add_argument("--max-words", type=non_negative_int, default=DEFAULT_MAX_WORDS,
