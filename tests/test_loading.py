@@ -330,3 +330,22 @@ def test_ask_says_when_the_index_given_is_the_models_own(index_layout, capsys):
         )
     assert main(["ask", "--model", str(index_layout), "Who wrote Hamlet?"]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_serve_says_when_the_index_given_is_the_models_own(index_layout, capsys, monkeypatch):
+    """`serve --index` says what `ask --index` says, before it loads the model."""
+    import socket
+
+    uvicorn = pytest.importorskip("uvicorn")
+    from realm_hf.cli.main import main
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append(app))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["serve", "--model", str(index_layout), "--index", str(index_layout), "--port", str(port)]) == 0
+    assert f"note: --index {index_layout} is the model's own index, the corpus it answers from without --index" in (
+        capsys.readouterr().err
+    )
+    assert len(served) == 1

@@ -144,6 +144,16 @@ def cmd_build(args) -> int:
     return 0
 
 
+def index_note(index: str, own: bool, found: Path) -> str | None:
+    """What `ask --index` and `serve --index` say before the model loads about the index `index` (found at `found`):
+    that it is the model's own (`own`: an index of the user's documents was likely meant), or that the documents
+    changed since it was built (`changed_documents_note`); `None` where there is nothing to say."""
+    if own:
+        return (f"note: --index {index} is the model's own index, the corpus it answers from without --index; for "
+                "your documents, build an index of them with `realm-hf index build --corpus ... --output ...`")  # fmt: skip
+    return changed_documents_note(found)
+
+
 # A folder of documents is looked through up to this many entries for changes (a stat each).
 CHANGE_CHECK_MAX_ENTRIES = 20_000
 

@@ -331,16 +331,10 @@ def cmd_ask(args) -> int:
     if args.index is not None:  # a missing or damaged --index says so in its own words too, before the model loads
         from realm_hf.loading import check_index, is_own_index
 
-        from .index import changed_documents_note
+        from .index import index_note
 
         found = check_index(args.index, "--index")
-        if is_own_index(model_path, found):  # an index of documents was meant, and the model's corpus is read
-            note = (
-                f"note: --index {args.index} is the model's own index, the corpus it answers from without --index; "
-                "for your documents, build an index of them with `realm-hf index build --corpus ... --output ...`"
-            )
-        else:
-            note = changed_documents_note(found)
+        note = index_note(args.index, is_own_index(model_path, found), found)
         if note:
             print(note, file=sys.stderr)
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once

@@ -101,15 +101,18 @@ def cmd_serve(args) -> int:
         model_path, model_name, examples = str(default), f"{DEFAULT_MODEL_NAME} (the default model)", DEFAULT_QUESTIONS
     model_path = model_location(model_path)
     if args.index is not None:
-        from realm_hf.loading import check_index
+        from realm_hf.loading import check_index, is_own_index
 
-        from .index import changed_documents_note
+        from .index import index_note
 
-        args.index = str(check_index(args.index, "--index"))  # named before the model loads, not after
-        note = changed_documents_note(args.index)
+        given, found = args.index, check_index(args.index, "--index")  # named before the model loads, not after
+        args.index = str(found)
+        own = is_own_index(model_path, found)
+        note = index_note(given, own, found)
         if note:
             print(note, file=sys.stderr)
-        examples = []  # the default model's sample questions are about its own corpus, not yours
+        if not own:
+            examples = []  # the default model's sample questions are about its own corpus, not yours
     print(f"loading {model_path}{f' with the index {args.index}' if args.index else ''} ...", file=sys.stderr)
     try:
         model, retriever = load_open_qa_model(model_path, args.index)
