@@ -677,12 +677,14 @@ DOCUMENT_SETS = ("health", "study", "devices", "leisure", "home", "family", "adm
 REPLAY_SOURCES = ("quiz", "cloze", "title", "wh", "factbook_fields", "factbook")
 
 
-def documents_training_rows(document_dir: Path, sources_dir: Path, replay_per_source: int, seed: int) -> list[dict]:
-    """The documents stage's training questions: every answerable question of the `DOCUMENT_SETS` under
-    `document_dir` (examples/document_training), with `replay_per_source` training questions of each of the
-    `REPLAY_SOURCES` replayed so that the encyclopedic questions are not forgotten, shuffled."""
+def documents_training_rows(document_dir: Path, sources_dir: Path, replay_per_source: int, seed: int,
+                            document_sets: tuple[str, ...] = DOCUMENT_SETS) -> list[dict]:  # fmt: skip
+    """The documents stage's training questions: every answerable question of `document_sets` (default: the eight
+    the shipped model trained on) under `document_dir` (examples/document_training), with `replay_per_source`
+    training questions of each of the `REPLAY_SOURCES` replayed so that the encyclopedic questions are not forgotten,
+    shuffled."""
     rows = []
-    for name in DOCUMENT_SETS:
+    for name in document_sets:
         rows += [{"question": row["question"], "answers": row["answers"], "source": f"documents_{name}"}
                  for row in read_jsonl(document_dir / name / "questions.jsonl") if row["answers"]]  # fmt: skip
     generator = random.Random(seed)
@@ -710,9 +712,14 @@ def stage_documents(args) -> None:
 
     work, output = args.work_dir / "documents", args.output_dir
     if (work / "done.json").is_file():
+        trained_on = json.loads((work / "done.json").read_text()).get("document_sets", list(DOCUMENT_SETS))
+        if trained_on != args.document_sets:
+            raise SystemExit(f"documents: {work} holds a stage trained on the sets {trained_on}, not "
+                             f"{args.document_sets}: choose another --work-dir, or remove {work} to train again")  # fmt: skip
         return
-    index = work / "index"
-    if not (work / "index.done").is_file():
+    index, index_done = work / "index", work / "index.done"
+    # built again when the sets differ from those it holds: questions over documents the index lacks teach nothing
+    if not index_done.is_file() or json.loads(index_done.read_text()).get("document_sets") != args.document_sets:
         # the model's own index with its documents, then the training documents added (one folder of links: the
         # file names, "health__blood_donation_drive_poster.txt", title their passages)
         shutil.rmtree(index, ignore_errors=True)
@@ -721,15 +728,17 @@ def stage_documents(args) -> None:
         linked = work / "corpus"
         shutil.rmtree(linked, ignore_errors=True)
         linked.mkdir(parents=True)
-        for name in DOCUMENT_SETS:
+        for name in args.document_sets:
             for path in sorted((args.document_dir / name / "corpus").iterdir()):
                 (linked / f"{name}__{path.name}").symlink_to(path.resolve())
         if cli(["index", "add", "--index", str(index), "--model", str(output), "--corpus", str(linked), "--quiet"]):
             raise SystemExit("documents: realm-hf index add failed")
-        _write_json(work / "index.done", {"num_blocks": json.loads((index / "index.json").read_text())["num_blocks"]})
+        _write_json(index_done, {"num_blocks": json.loads((index / "index.json").read_text())["num_blocks"],
+                                 "document_sets": args.document_sets})  # fmt: skip
     train_file = work / "train.jsonl"
     _write_jsonl(train_file, documents_training_rows(args.document_dir, args.work_dir / "question_sources",
-                                                     args.documents_replay_per_source, args.seed))  # fmt: skip
+                                                     args.documents_replay_per_source, args.seed,
+                                                     tuple(args.document_sets)))  # fmt: skip
     code = cli([
         "train", "--model", str(output), "--index", str(index), "--train-file", str(train_file),
         "--output-dir", str(work / "model"), "--num-epochs", str(args.documents_epochs), "--batch-size", str(args.batch_size),
@@ -745,7 +754,8 @@ def stage_documents(args) -> None:
     shutil.copytree(output, export, ignore=shutil.ignore_patterns("calibration.json"))  # fitted on the model before
     model.half().save_pretrained(export, state_dict={key: value for key, value in model.state_dict().items()
                                                      if key not in model.unused_head_keys()})  # fmt: skip
-    _write_json(work / "done.json", {"training_questions": sum(1 for _ in read_jsonl(train_file))})
+    _write_json(work / "done.json", {"training_questions": sum(1 for _ in read_jsonl(train_file)),
+                                     "document_sets": args.document_sets})  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -802,6 +812,9 @@ def main(argv=None) -> None:
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=STAGES, help="run only these stages")
     parser.add_argument("--document-dir", type=Path, default=Path(__file__).parent / "document_training",
                         help="the documents stage's sets of documents and questions")  # fmt: skip
+    parser.add_argument("--document-sets", nargs="+", default=list(DOCUMENT_SETS), metavar="NAME",
+                        help="the sets of --document-dir the documents stage trains on (default: the eight the shipped "
+                             "model trained on; session 27 wrote four more: food pets culture property)")  # fmt: skip
     parser.add_argument("--documents-replay-per-source", type=int, default=150)
     parser.add_argument("--documents-learning-rate", type=float, default=2e-5)
     parser.add_argument("--documents-epochs", type=int, default=2)

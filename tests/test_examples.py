@@ -181,6 +181,16 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
     counts = {source: sum(row["source"] == source for row in rows) for source in {row["source"] for row in rows}}
     assert counts == {**{f"documents_{name}": 90 for name in build.DOCUMENT_SETS},
                       **{source: 150 for source in build.REPLAY_SOURCES}}  # fmt: skip
+    # --document-sets: the sets written after the shipped model, alone (a fresh stage: done.json was never written)
+    commands.clear()
+    with pytest.raises(Trained):
+        build.main(["--work-dir", str(work), "--output-dir", str(model), "--stages", "documents", "--document-sets",
+                    "food", "pets"])  # fmt: skip
+    add, _ = commands  # the index built again, with these sets' documents
+    assert len(list((work / "documents" / "corpus").iterdir())) == 20
+    rows = [json.loads(line) for line in (work / "documents" / "train.jsonl").read_text().splitlines()]
+    trained_on = {row["source"] for row in rows if row["source"].startswith("documents_")}
+    assert trained_on == {"documents_food", "documents_pets"}
 
 
 TRAINING_SETS = sorted(path for path in (ROOT / "examples" / "document_training").iterdir() if path.is_dir())
@@ -197,7 +207,7 @@ CALIBRATION_SETS = sorted(path for path in (ROOT / "examples" / "document_calibr
     ],
 )
 def test_document_sets_answer_from_their_files_and_split_by_file(name, unanswerable, splits):
-    """The user-documents sets (two for evaluation, eight for training, four for the documents threshold): every
+    """The user-documents sets (two for evaluation, twelve for training, four for the documents threshold): every
     answer stands in its file as written, unanswerable questions have none, and no file has questions in two splits
     (each set's README says how it was written)."""
     folder = ROOT / "examples" / name
