@@ -181,7 +181,7 @@ def test_the_documents_stage_trains_on_the_document_sets_with_encyclopedic_quest
     counts = {source: sum(row["source"] == source for row in rows) for source in {row["source"] for row in rows}}
     assert counts == {**{f"documents_{name}": 90 for name in build.DOCUMENT_SETS},
                       **{source: 150 for source in build.REPLAY_SOURCES}}  # fmt: skip
-    # --document-sets: the sets written after the shipped model, alone (a fresh stage: done.json was never written)
+    # --document-sets: two sets alone (a fresh stage: done.json was never written)
     commands.clear()
     with pytest.raises(Trained):
         build.main(["--work-dir", str(work), "--output-dir", str(model), "--stages", "documents", "--document-sets",
