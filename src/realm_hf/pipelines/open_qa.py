@@ -428,6 +428,13 @@ class OpenQAPipeline(Pipeline):
                 signed_ids = (self._unit_ids()["sign"], digit_continuation_ids)
                 with_number = number_spans(spans, digit_ids, word_ids, continuation_ids, self._code_ids(), signed_ids)
                 with_number &= span_mask
+                timely = asks("asks_for_a_time", asks_for_a_time)
+                if bool(timely.any()):  # an amount of money is no time: "When is garden waste collected?" over
+                    # "Garden waste costs £45 a year and is collected on the last Friday of each month" is not "£45"
+                    unit_ids = self._unit_ids()
+                    money = money_spans(spans, unit_ids["money"], unit_ids["sign"], continuation_ids,
+                                        torch.cat([digit_ids, digit_continuation_ids])).to(with_number.device)  # fmt: skip
+                    with_number &= ~(money & timely[:, None, None])
                 if bool(yearly.any()):  # a year is one number: where some span is one, the others holding one are not
                     whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
                     keep_whole = yearly & whole.flatten(1).any(-1)
@@ -1103,6 +1110,7 @@ def _answer_kinds(questions: list[str]) -> dict:
     return {
         "asks_for_a_number": torch.tensor([asks_for_a_number(question) for question in questions]),
         "asks_for_a_year": torch.tensor([asks_for_a_year(question) for question in questions]),
+        "asks_for_a_time": torch.tensor([asks_for_a_time(question) for question in questions]),
         "asks_for_a_name": torch.tensor([asks_for_a_name(question) for question in questions]),
         "asked_type": [asked_type(question) for question in questions],
         "asked_units": [_unit_names(question) for question in questions],
@@ -1139,6 +1147,14 @@ def asked_units(question: str) -> tuple[str, ...]:
         if pattern.search(question):
             return units
     return ()
+
+
+def asks_for_a_time(question: str) -> bool:
+    """Whether a question asks when ("When ...?", "What time ...?", "How late ...?", "Since when ...?"): a date, a
+    time or a period, answered with a number where one is read ("13:00", "19 June", "1945") but never with an amount of
+    money ("£45 a year" beside "collected on the last Friday of each month"); where no other span holds a number the
+    reader's own choice stands."""
+    return bool(re.search(_ASKS_FOR_A_TIME, question, re.IGNORECASE))
 
 
 def asks_for_a_year(question: str) -> bool:
@@ -1297,6 +1313,21 @@ def unit_spans(
     after_number = _preceded(reader_ids, number_ids) if number_ids is not None else torch.zeros_like(attached)
     units &= ~attached | after_number
     return _count_in_spans(units, starts, ends) > 0
+
+
+def money_spans(
+    spans, money_ids: torch.Tensor, sign_ids: torch.Tensor, continuation_ids: torch.Tensor, number_ids: torch.Tensor
+) -> torch.BoolTensor:
+    """Which candidate spans hold an amount of money: `(B, R, N)`, a unit of money (`money_ids`: "euros", "£") as
+    [`unit_spans`] reads it, or digits written onto a currency sign (`sign_ids`) whose sign the span leaves out (the
+    "30" of "€30", read "€", "##30", where the span starts at "##30")."""
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    starts, ends = spans.candidate_starts.to(reader_ids.device), spans.candidate_ends.to(reader_ids.device)
+    held = unit_spans(spans, money_ids, continuation_ids, sign_ids, number_ids)
+    if starts.numel() == 0:
+        return held
+    signed = torch.isin(reader_ids, continuation_ids.to(reader_ids.device)) & _preceded(reader_ids, sign_ids)
+    return held | (_count_in_spans(signed, starts, ends) > 0)
 
 
 def amount_spans(
@@ -1683,10 +1714,12 @@ __all__ = [
     "answers_with_features",
     "asked_units",
     "asks_for_a_number",
+    "asks_for_a_time",
     "asks_for_a_year",
     "cross_sentence_spans",
     "document_frequencies",
     "idf_coverage",
+    "money_spans",
     "number_spans",
     "spans_in_question",
     "speaks_in_person",
