@@ -1141,7 +1141,7 @@ def asked_units(question: str) -> tuple[str, ...]:
     clock, *amounts = _ASKED_UNITS
     if clock[0].search(question):
         return clock[1]
-    if re.search(_ASKS_FOR_A_TIME, question, re.IGNORECASE) or asks_for_a_year(question):
+    if asks_for_a_time(question) or asks_for_a_year(question):
         return ()  # "From when does the lamp cost 149 euros?" asks for a date
     for pattern, units in amounts:
         if pattern.search(question):
