@@ -332,6 +332,25 @@ def test_ask_says_when_the_index_given_is_the_models_own(index_layout, capsys):
     assert "note:" not in capsys.readouterr().err
 
 
+def test_a_pipeline_over_a_models_own_index_reads_its_own_threshold(index_layout, tmp_path):
+    """`pipeline("open-qa", model=directory)` of a model keeping its embeddings in `index/` (the default model) finds
+    that index itself: its own corpus, so the calibration's own threshold holds, not `documents_threshold` (a
+    walkthrough's Python pipeline said 0.143, the documents one, where `realm-hf ask` said 0.403)."""
+    from realm_hf.evaluation.calibration import Calibration
+
+    directory = tmp_path / "calibrated"
+    shutil.copytree(index_layout, directory)
+    calibration = Calibration(features=["log_span_probability"], mean=[0.0], scale=[1.0], weights=[0.0], bias=0.0,
+                              threshold=0.6, documents_threshold=0.4)  # fmt: skip
+    calibration.save(directory)
+    question = "Who wrote Hamlet?"
+    own = pipeline("open-qa", model=str(directory), device="cpu")
+    assert own.model.searches_own_index is True
+    assert own(question)["threshold"] == pytest.approx(0.6) and own(question)["abstained"] is True  # 0.5 < 0.6
+    named = pipeline("open-qa", model=str(directory), index=str(directory / "index"), device="cpu")
+    assert named(question)["threshold"] == pytest.approx(0.6)
+
+
 def test_serve_says_when_the_index_given_is_the_models_own(index_layout, capsys, monkeypatch):
     """`serve --index` says what `ask --index` says, before it loads the model."""
     import socket

@@ -161,6 +161,7 @@ class OpenQAPipeline(Pipeline):
             )
         if retriever is None and index is None and searcher is None:
             retriever = self.model.retriever
+        searcher_given = searcher
         if retriever is None:
             retriever, found_searcher = self._find_retrieval(index, searcher)
             searcher = searcher if searcher is not None else found_searcher
@@ -171,8 +172,12 @@ class OpenQAPipeline(Pipeline):
         if searcher is not None:
             check_searcher_fits(self.model, searcher, str(index) if index is not None else "the searcher")
             self.model.searcher = searcher
-        if index is not None or searcher is not None:  # else as loaded (load_open_qa says whose index it searches)
-            self.model.searches_own_index = is_own_index(self.model.name_or_path or "", index, searcher)
+        if index is not None or searcher_given is not None:
+            self.model.searches_own_index = is_own_index(self.model.name_or_path or "", index, searcher_given)
+        elif searcher is not None:
+            # the model's own files, found here: its own index (the searcher found is not one a user gave)
+            self.model.searches_own_index = True
+        # else as loaded (load_open_qa says whose index it searches)
         fit_beam_sizes(self.model)
         self.model.retriever = retriever
         if self.tokenizer is None:
