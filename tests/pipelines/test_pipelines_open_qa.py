@@ -544,6 +544,16 @@ def test_a_misspelt_option_is_named_with_the_one_meant(open_qa):
     assert open_qa(QUESTIONS[0], batch_size=2, top_k=2)[0]["answer"]
 
 
+def test_a_misspelt_pipeline_argument_is_named_with_the_one_meant(demo_dir):
+    """`pipeline("open-qa", ..., index_path=...)` was Transformers' "`_sanitize_parameters()` got an unexpected keyword
+    argument" traceback; the options of `pipeline()` itself are among those suggested."""
+    with pytest.raises(TypeError, match="unexpected option 'index_path'; did you mean index"):
+        pipeline("open-qa", model=str(demo_dir), index_path="my-index", device="cpu")
+    with pytest.raises(TypeError, match="unexpected option 'topk'; did you mean top_k"):
+        pipeline("open-qa", model=str(demo_dir), topk=3, device="cpu")
+    assert pipeline("open-qa", model=str(demo_dir), top_k=2, device="cpu")(QUESTIONS[0])[0]["answer"]
+
+
 def test_a_model_without_records_or_of_the_wrong_class_is_refused(demo_dir):
     tokenizer = RealmTokenizer.from_pretrained(demo_dir)
     with pytest.raises(ValueError, match=r"pass pipeline\('open-qa', model=model, tokenizer=tokenizer, retriever="):

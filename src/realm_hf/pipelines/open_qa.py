@@ -153,7 +153,13 @@ class OpenQAPipeline(Pipeline):
 
     def __init__(self, *args, retriever: Retriever | None = None, index=None, searcher=None, **kwargs):
         # Popped here: `pipeline()` keyword arguments that are not its own reach the pipeline class.
-        super().__init__(*args, **kwargs)
+        try:
+            super().__init__(*args, **kwargs)
+        except TypeError as error:  # a misspelt option (`index_path=`): Transformers names its `_sanitize_parameters`
+            unknown = [name for name in kwargs if f"unexpected keyword argument '{name}'" in str(error)]
+            if not unknown:
+                raise
+            raise TypeError(self._unknown_option(unknown[0], {"index", "retriever", "searcher", "device"})) from None
         if not isinstance(self.model, RealmForOpenQA):
             raise TypeError(
                 f"the open-qa pipeline needs a RealmForOpenQA model, got {type(self.model).__name__}. Load one with "
@@ -267,18 +273,26 @@ class OpenQAPipeline(Pipeline):
         self._check_call_options(kwargs)
         return super().__call__(questions, **kwargs)
 
-    def _check_call_options(self, kwargs: dict) -> None:
-        """A misspelt option (`topk=3`) or a batch size that is no positive int is named before any work, instead of
-        Transformers' `_sanitize_parameters() got an unexpected keyword argument` or torch's sampler message."""
+    def _unknown_option(self, name: str, more: set[str] = frozenset()) -> str:
+        """The message for an option the pipeline does not take, with the closest one it does (`more`: options of
+        `pipeline()` besides the call's)."""
         import difflib
         import inspect
 
-        known = {*inspect.signature(self._sanitize_parameters).parameters, "batch_size", "num_workers"}
+        known = sorted({*inspect.signature(self._sanitize_parameters).parameters, "batch_size", "num_workers", *more})
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else f" (options: {', '.join(known)})"
+        return f"the open-qa pipeline got an unexpected option {name!r}{hint}"
+
+    def _check_call_options(self, kwargs: dict) -> None:
+        """A misspelt option (`topk=3`) or a batch size that is no positive int is named before any work, instead of
+        Transformers' `_sanitize_parameters() got an unexpected keyword argument` or torch's sampler message."""
+        import inspect
+
+        known = set(inspect.signature(self._sanitize_parameters).parameters)
         for name in kwargs:
-            if name not in known:
-                close = difflib.get_close_matches(name, sorted(known), n=1)
-                hint = f"; did you mean {close[0]}?" if close else f" (options: {', '.join(sorted(known))})"
-                raise TypeError(f"the open-qa pipeline got an unexpected option {name!r}{hint}")
+            if name not in known | {"batch_size", "num_workers"}:
+                raise TypeError(self._unknown_option(name))
         batch_size = kwargs.get("batch_size")
         if batch_size is not None and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
