@@ -351,6 +351,27 @@ def test_a_pipeline_over_a_models_own_index_reads_its_own_threshold(index_layout
     assert named(question)["threshold"] == pytest.approx(0.6)
 
 
+def test_an_index_of_another_model_is_named_as_the_index_not_the_model(demo_dir, tmp_path, capsys):
+    """`ask --index` over an index built with another model's embedder (16-d, the model's 32-d): the error names the
+    index and the command that rebuilds it, without "could not load a REALM open-QA model" or --model advice (a
+    walkthrough read it as a broken model)."""
+    from pathlib import Path
+
+    from realm_hf.cli.main import main
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text(json.dumps({"title": "Paris", "text": "Paris is the capital of France."}) + "\n")
+    other = Path(__file__).parent / "fixtures" / "realm4" / "embedder"
+    index = tmp_path / "index16"
+    assert main(["index", "build", "--model", str(other), "--corpus", str(corpus), "--output", str(index),
+                 "--quiet"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["ask", "--model", str(demo_dir), "--index", str(index), "Where is Paris?"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("realm-hf ask: error: ") and "holds 16-d block embeddings" in last, last
+    assert "could not load" not in last and "--model takes" not in last and "index build --model" in last
+
+
 def test_serve_says_when_the_index_given_is_the_models_own(index_layout, capsys, monkeypatch):
     """`serve --index` says what `ask --index` says, before it loads the model."""
     import socket

@@ -36,7 +36,8 @@ class FileFormatError(RealmHfError, ValueError):
 
 
 class IndexMismatchError(FileFormatError):
-    """The parts of an index (documents, embedding shards, manifest) disagree."""
+    """The parts of an index (documents, embedding shards, manifest) disagree, or the index and the model reading it
+    (embeddings of another size: another model's index)."""
 
 
 class MissingColumnError(FileFormatError):

@@ -227,12 +227,15 @@ def is_own_index(name_or_path, index: str | os.PathLike | None, searcher=None) -
 
 
 def check_searcher_fits(model: RealmForOpenQA | RealmConfig, searcher, source: str = "the index") -> None:
-    """Raises a clear error unless `searcher` holds embeddings of the model's retriever size (`model`: the model, or
-    its config where no weights are loaded, as `realm-hf push` checks an index)."""
+    """Raises `IndexMismatchError` (a `ValueError`) unless `searcher` holds embeddings of the model's retriever size
+    (`model`: the model, or its config where no weights are loaded, as `realm-hf push` checks an index): the index was
+    built with another model's embedder, and the message says so rather than blaming the model."""
+    from .errors import IndexMismatchError
+
     config = model if isinstance(model, RealmConfig) else model.config
     dim = getattr(searcher, "dim", None)
     if dim is not None and dim != config.retriever_proj_size:
-        raise ValueError(
+        raise IndexMismatchError(
             f"{source} holds {dim}-d block embeddings but the model's embedder makes "
             f"{config.retriever_proj_size}-d ones (config.retriever_proj_size): build the index with this "
             "model's embedder (realm-hf index build --model ...)."

@@ -150,6 +150,10 @@ def cmd_evaluate(args) -> int:
         with without_weight_loading_bar():
             system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size, index=args.index)
     except (OSError, ValueError) as error:
+        from realm_hf.errors import IndexMismatchError
+
+        if isinstance(error, IndexMismatchError):
+            raise  # another model's index: its message names the index, not the model
         source = args.model or "the default model"
         print(f"realm-hf evaluate: error: could not load a REALM open-QA model from {source!r}: {error}",
               file=sys.stderr)  # fmt: skip

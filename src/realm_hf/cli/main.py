@@ -341,8 +341,10 @@ def cmd_ask(args) -> int:
     try:
         model, retriever = _load(model_path, args.index)
     except (OSError, ValueError) as error:
-        from realm_hf.errors import ModelLoadError
+        from realm_hf.errors import IndexMismatchError, ModelLoadError
 
+        if isinstance(error, IndexMismatchError):
+            raise  # the index is what does not fit (another model's), and its message says so: no --model advice
         raise ModelLoadError(
             f"could not load a REALM open-QA model from {model_path!r}: {one_line(error)} (--model takes a directory "
             "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"

@@ -117,6 +117,10 @@ def cmd_serve(args) -> int:
     try:
         model, retriever = load_open_qa_model(model_path, args.index)
     except (OSError, ValueError) as error:
+        from realm_hf.errors import IndexMismatchError
+
+        if isinstance(error, IndexMismatchError):
+            raise  # another model's index: its message names the index, not the model
         print(
             f"realm-hf serve: error: could not load a REALM open-QA model from {model_path!r}: {error}",
             file=sys.stderr,
