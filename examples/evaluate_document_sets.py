@@ -40,7 +40,7 @@ def main(argv=None) -> None:
     from transformers import pipeline
 
     import realm_hf  # noqa: F401  (registers the "open-qa" task)
-    from realm_hf.evaluation.metrics import exact_match, sign_test
+    from realm_hf.evaluation.metrics import exact_match, paired_exact_match
 
     marks = {}
     for name, (rows, answers) in read_document_sets(args.model, args.sets, args.batch_size).items():
@@ -60,9 +60,9 @@ def main(argv=None) -> None:
         line = f"{name}: {right} of {sum(mark is not None for mark in new)}"
         if name in earlier:
             pairs = [(old, mark) for old, mark in zip(earlier[name], new, strict=True) if mark is not None]
-            gained = sum(1 for old, mark in pairs if mark and not old)
-            lost = sum(1 for old, mark in pairs if old and not mark)
-            line += f" (was {sum(old for old, _ in pairs)}; {gained} gained, {lost} lost, p = {sign_test(gained, lost):.2g})"
+            paired = paired_exact_match([mark for _, mark in pairs], [old for old, _ in pairs])
+            line += (f" (was {sum(old for old, _ in pairs)}; {paired['wins']} gained, {paired['losses']} lost, "
+                     f"p = {paired['sign_test_p']:.2g})")  # fmt: skip
         print(line)
 
 
