@@ -69,13 +69,18 @@ def _shard_is_complete(path: Path, count: int, dim: int) -> bool:
     return array.shape == (count, dim)
 
 
+def _recorded_settings(directory: Path) -> dict | None:
+    """The settings a partial build in `directory` recorded (`build.json`), or `None` where there is none."""
+    path = directory / BUILD_SETTINGS_NAME
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def _settings_differences(directory: Path, settings: dict) -> dict | None:
     """`None` where `directory` holds no partial build's settings, else `{key: (recorded, now)}` for each of
     `settings` that differs from what the partial build recorded (`{}`: it resumes)."""
-    path = directory / BUILD_SETTINGS_NAME
-    if not path.is_file():
+    previous = _recorded_settings(directory)
+    if previous is None:
         return None
-    previous = json.loads(path.read_text(encoding="utf-8"))
     return {key: (previous.get(key), value) for key, value in settings.items() if previous.get(key) != value}
 
 
@@ -209,10 +214,10 @@ def default_shard_size(num_blocks: int, directory: str | Path | None = None) -> 
     it resumes), else about a 64th of the corpus, between 256 and 16,384 blocks. The shard is the unit of resumption:
     an interrupted build of a few thousand documents loses seconds of work, not all of it, while 13M blocks stay in
     ~800 files."""
-    if directory is not None and (Path(directory) / BUILD_SETTINGS_NAME).is_file():
+    if directory is not None:
         try:
-            recorded = json.loads((Path(directory) / BUILD_SETTINGS_NAME).read_text(encoding="utf-8"))["shard_size"]
-        except (OSError, ValueError, KeyError, TypeError):
+            recorded = (_recorded_settings(Path(directory)) or {}).get("shard_size")
+        except (OSError, ValueError, AttributeError):
             recorded = None  # unreadable settings: the build reports them itself
         if isinstance(recorded, int) and recorded > 0:
             return recorded
