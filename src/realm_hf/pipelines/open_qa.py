@@ -289,9 +289,9 @@ class OpenQAPipeline(Pipeline):
         Transformers' `_sanitize_parameters() got an unexpected keyword argument` or torch's sampler message."""
         import inspect
 
-        known = set(inspect.signature(self._sanitize_parameters).parameters)
+        known = {*inspect.signature(self._sanitize_parameters).parameters, "batch_size", "num_workers"}
         for name in kwargs:
-            if name not in known | {"batch_size", "num_workers"}:
+            if name not in known:
                 raise TypeError(self._unknown_option(name))
         batch_size = kwargs.get("batch_size")
         if batch_size is not None and (
@@ -444,13 +444,13 @@ class OpenQAPipeline(Pipeline):
             numeric, yearly = asks("asks_for_a_number", asks_for_a_number), asks("asks_for_a_year", asks_for_a_year)
             if bool(numeric.any()):
                 digit_ids, word_ids, continuation_ids, digit_continuation_ids = self._number_ids()
-                signed_ids = (self._unit_ids()["sign"], digit_continuation_ids)
+                unit_ids = self._unit_ids()
+                signed_ids = (unit_ids["sign"], digit_continuation_ids)
                 with_number = number_spans(spans, digit_ids, word_ids, continuation_ids, self._code_ids(), signed_ids)
                 with_number &= span_mask
                 timely = asks("asks_for_a_time", asks_for_a_time)
                 if bool(timely.any()):  # an amount of money is no time: "When is garden waste collected?" over
                     # "Garden waste costs £45 a year and is collected on the last Friday of each month" is not "£45"
-                    unit_ids = self._unit_ids()
                     money = money_spans(spans, unit_ids["money"], unit_ids["sign"], continuation_ids,
                                         torch.cat([digit_ids, digit_continuation_ids])).to(with_number.device)  # fmt: skip
                     with_number &= ~(money & timely[:, None, None])
