@@ -129,4 +129,5 @@ def test_sigint_to_a_background_build_stops_it_and_the_rerun_resumes(demo_dir, t
     resumed = subprocess.run(argv, capture_output=True, text=True, env=ENV)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "indexed 3000 blocks" in resumed.stdout
+    assert f"note: resuming the interrupted build in {output} (--overwrite starts it again)" in resumed.stderr
     assert len(DocumentStore.load(output / "documents")) == read_manifest(output)["num_blocks"] == 3000

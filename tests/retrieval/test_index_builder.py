@@ -70,7 +70,7 @@ class _CrashingDocuments:
         return ["" for _ in ids]
 
 
-def test_resume_recomputes_only_missing_shards_and_is_byte_identical(tmp_path, embedder_and_tokenizer):
+def test_resume_recomputes_only_missing_shards_and_is_byte_identical(tmp_path, embedder_and_tokenizer, capsys):
     embedder, tokenizer = embedder_and_tokenizer
     texts = _texts(30)
     kwargs = dict(shard_size=7, batch_size=4, max_length=16, progress=False)
@@ -84,7 +84,9 @@ def test_resume_recomputes_only_missing_shards_and_is_byte_identical(tmp_path, e
     (partial / f".{shard_file_name(2)}.abc.tmp").write_bytes(b"half a shard")  # what a kill -9 can leave
     done_before = (partial / shard_file_name(0)).stat().st_mtime_ns
 
-    build_index(embedder, tokenizer, texts, partial, **kwargs)
+    capsys.readouterr()
+    build_index(embedder, tokenizer, texts, partial, **{**kwargs, "progress": True})
+    assert "embedding, resumed: 2 of 5 shards already embedded" in capsys.readouterr().err  # the rerun says so
     assert (partial / shard_file_name(0)).stat().st_mtime_ns == done_before  # finished shards are not recomputed
     assert not list(partial.glob("*.tmp"))
     for index in range(5):

@@ -120,6 +120,7 @@ def cmd_build(args) -> int:
                     "--overwrite to replace it, or choose a new --output",
                     path=stored,
                 )  # fmt: skip
+            print(f"note: resuming the interrupted build in {output} (--overwrite starts it again)", file=sys.stderr)
         else:
             target.mkdir(parents=True, exist_ok=True)
             store.save(stored)

@@ -101,11 +101,13 @@ def _embed_shards(embedder, tokenizer, documents, directory: Path, plan: list[di
     dim = embedder.config.retriever_proj_size
     mine = plan[state.process_index :: state.num_processes]
     todo = [shard for shard in mine if not _shard_is_complete(directory / shard["file"], shard["count"], dim)]
-    if len(todo) < len(mine):
-        logger.info(f"rank {state.process_index}: {len(mine) - len(todo)} of {len(mine)} shards already done")
+    description = f"embedding (rank {state.process_index})" if state.num_processes > 1 else "embedding"
+    if len(todo) < len(mine):  # said where the progress shows: a rerun that resumes is seen to
+        done = f"{len(mine) - len(todo)} of {len(mine)} shards already embedded"
+        logger.info(f"rank {state.process_index}: {done}")
+        description = f"{description}, resumed: {done}"
     bar = tqdm(
-        total=sum(shard["count"] for shard in todo), unit="block", disable=not progress,
-        desc=f"embedding (rank {state.process_index})" if state.num_processes > 1 else "embedding",
+        total=sum(shard["count"] for shard in todo), unit="block", disable=not progress, desc=description,
         position=state.process_index,
     )  # fmt: skip
     for shard in todo:
