@@ -74,6 +74,23 @@ def test_text_files_saved_with_a_byte_order_mark_read_alike_and_bad_bytes_are_na
         passages.read_text_files([tmp_path / "latin1.txt"])
     assert raised.value.location == "line 3" and raised.value.path == str(tmp_path / "latin1.txt")
 
+    # With a fallback encoding the file is read with it, and the caller hears which file was.
+    fell_back = []
+    documents = passages.read_text_files([tmp_path / "notepad.md", tmp_path / "latin1.txt"],
+                                         fallback_encoding="cp1252", on_fallback=fell_back.append)  # fmt: skip
+    assert [d["text"] for d in documents] == ["Open from 9:00.", "Open daily.", "Café closed."]
+    assert fell_back == [tmp_path / "latin1.txt"]
+    # Notepad's "Unicode" (UTF-16 with a byte order mark) is read as such, with no fallback
+    (tmp_path / "unicode.txt").write_bytes("Überweisung bis Freitag.\n\nDanke.\n".encode("utf-16"))
+    assert [d["text"] for d in passages.read_text_files([tmp_path / "unicode.txt"])] == [
+        "Überweisung bis Freitag.",
+        "Danke.",
+    ]
+    # bytes that neither encoding reads are named as before
+    (tmp_path / "binary.txt").write_bytes(b"ok\n\x81\x8d\n")
+    with pytest.raises(FileFormatError, match=r"binary.txt line 2: expected UTF-8 text, received byte 0x81"):
+        passages.read_text_files([tmp_path / "binary.txt"], fallback_encoding="cp1252")
+
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
@@ -91,6 +108,18 @@ def test_index_build_reads_a_folder_of_notes_and_splits_a_long_row(demo_dir, tmp
     store = DocumentStore.load(tmp_path / "notes-index" / "documents")
     assert [(row["title"], row["text"]) for row in store] == [("france: France", "Paris is the capital of France."),
                                                               ("japan", "Tokyo is the capital of Japan.")]  # fmt: skip
+
+    # One file saved as Windows-1252 among UTF-8 ones is read, and named
+    (notes / "oslo.txt").write_bytes("Oslo is the capital of Norway; its café opens at 9.\n".encode("cp1252"))
+    capsys.readouterr()
+    assert main(["index", "build", "--model", str(demo_dir), "--corpus", str(notes), "--output",
+                 str(tmp_path / "legacy-index"), "--quiet"]) == 0  # fmt: skip
+    assert (
+        "note: read 1 file as Windows-1252 because it is not UTF-8: oslo.txt (if accented letters look wrong in "
+        "answers, save the file as UTF-8 and build again)"
+    ) in capsys.readouterr().err
+    store = DocumentStore.load(tmp_path / "legacy-index" / "documents")
+    assert store[2]["text"] == "Oslo is the capital of Norway; its café opens at 9."
 
     # A row with a title and no text is indexed as its title; one with neither is left out (an empty block, whose
     # "answer" was empty), and the note names its line.

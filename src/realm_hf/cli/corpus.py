@@ -21,7 +21,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
     from realm_hf.errors import FileFormatError, MissingColumnError
     from realm_hf.retrieval.document_import import FILE_FORMATS, column_hint, row_file_format
     from realm_hf.retrieval.document_store import MANIFEST_NAME, DocumentStore
-    from realm_hf.retrieval.passages import TEXT_SUFFIXES, read_text_files, split_long_documents
+    from realm_hf.retrieval.passages import TEXT_SUFFIXES, split_long_documents
 
     location = Path(path)
     rows_of = None  # the format of a file of rows, whose rows are then named by line (JSONL) or row
@@ -49,7 +49,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
                     f"{_file_names(files, location) or 'no files'} there{_convert_first(others)}",
                     path=location,
                 )  # fmt: skip
-            documents = read_text_files(texts)
+            documents = _read_text_files(texts, location)
             if others:  # named, so that a question about them is not taken for one the documents cannot answer
                 print(f"note: skipped {counted(len(others), 'file')} that {'is' if len(others) == 1 else 'are'} not "
                       f"text or Markdown: {_file_names(others, location)}{_convert_first(others)}",
@@ -65,7 +65,7 @@ def open_corpus(path: str, max_words: int | None = None, text_column: str = "tex
     elif not location.is_file():
         raise missing_corpus_error(path)
     elif location.suffix.lower() in TEXT_SUFFIXES:
-        store = _text_store(read_text_files([location]), path)
+        store = _text_store(_read_text_files([location], location.parent), path)
     elif (rows_of := row_file_format(location)) is None:
         # DocumentStore.from_file's own message names its file_format= argument, which the command line has not.
         received = f"a {location.suffix} file" if location.suffix else "a file without an ending"
@@ -117,6 +117,20 @@ CONVERT_FIRST = {".pdf": "PDF", ".doc": "Word", ".docx": "Word", ".odt": "OpenDo
                  ".html": "HTML", ".htm": "HTML", ".eml": "e-mail", ".msg": "Outlook", ".xls": "Excel",
                  ".xlsx": "Excel", ".ods": "OpenDocument", ".ppt": "PowerPoint", ".pptx": "PowerPoint",
                  ".epub": "EPUB"}  # fmt: skip
+
+
+def _read_text_files(files: list[Path], folder: Path) -> list[dict]:
+    """`read_text_files`, reading a file that is not UTF-8 as Windows-1252 (which reads Latin-1 too: an old letter
+    saved on Windows), with a note naming the files so read: one such file among many no longer stops the build."""
+    from realm_hf.retrieval.passages import read_text_files
+
+    legacy = []
+    documents = read_text_files(files, fallback_encoding="cp1252", on_fallback=legacy.append)
+    if legacy:
+        print(f"note: read {counted(len(legacy), 'file')} as Windows-1252 because "
+              f"{'it is' if len(legacy) == 1 else 'they are'} not UTF-8: {_file_names(legacy, folder)} (if "
+              "accented letters look wrong in answers, save the file as UTF-8 and build again)", file=sys.stderr)  # fmt: skip
+    return documents
 
 
 def _file_names(files: list[Path], folder: Path) -> str:

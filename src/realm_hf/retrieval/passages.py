@@ -10,9 +10,10 @@ paragraph (blank-line separated), titled by the file's name, and for Markdown by
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,13 +142,28 @@ def drop_empty_documents(store, cache_dir: str | os.PathLike | None = None):
     return DocumentStore.from_records(records(), cache_dir=cache_dir), dropped
 
 
-def _paragraph_documents(path: Path, title: str) -> Iterator[dict[str, str]]:
-    markdown = path.suffix.lower() in (".md", ".markdown")
+def _decode(path: Path, fallback_encoding: str | None) -> tuple[str, bool]:
+    """A text file's text, and whether it was read with `fallback_encoding` (it is not UTF-8). A byte order mark
+    (Notepad's) is dropped; one of UTF-16 (Notepad's "Unicode") reads the file as UTF-16."""
     data = path.read_bytes()
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return data.decode("utf-16").removeprefix("\ufeff"), False
+        except UnicodeDecodeError:
+            pass  # not UTF-16 after all: read as any other file
     try:
-        content = data.decode("utf-8").removeprefix("\ufeff")  # a byte order mark (Notepad) is dropped
+        return data.decode("utf-8").removeprefix("\ufeff"), False
     except UnicodeDecodeError as error:
+        if fallback_encoding is not None:
+            try:
+                return data.decode(fallback_encoding), True
+            except UnicodeDecodeError:
+                pass
         raise not_utf8_error(str(path), data, error.start, path=path) from None
+
+
+def _paragraph_documents(path: Path, title: str, content: str) -> Iterator[dict[str, str]]:
+    markdown = path.suffix.lower() in (".md", ".markdown")
     heading = None
 
     def document(lines: list[str]) -> dict[str, str]:
@@ -168,18 +184,29 @@ def _paragraph_documents(path: Path, title: str) -> Iterator[dict[str, str]]:
             yield document(lines)
 
 
-def read_text_files(paths: Sequence[str | os.PathLike]) -> list[dict[str, str]]:
+def read_text_files(
+    paths: Sequence[str | os.PathLike], *, fallback_encoding: str | None = None,
+    on_fallback: Callable[[Path], None] | None = None,
+) -> list[dict[str, str]]:  # fmt: skip
     r"""
     Documents from plain-text and Markdown files, in the order given: one per paragraph (text between blank lines),
     `{"title", "text", "source"}`. The title is the file's name without its suffix (`warranty_terms.txt` ->
     "warranty terms"), followed for Markdown by the heading the paragraph stands under ("manual: Descaling"); `source`
     is the file's path. Headings themselves are not documents.
 
+    Files are read as UTF-8 (UTF-16 where they start with its byte order mark). With `fallback_encoding` (the command
+    line passes `"cp1252"`, Windows' Western European code page, which reads Latin-1 too), a file that is not UTF-8 is
+    read with it instead, and `on_fallback(path)` is called so that the caller can say so.
+
     Raises:
-        FileFormatError: a file is not UTF-8 (named, with the byte offset).
+        FileFormatError: a file is not UTF-8 and not `fallback_encoding` (named, with the byte offset of its first
+            byte that is not UTF-8).
     """
     documents = []
     for path in map(Path, paths):
         title = re.sub(r"[_-]+", " ", path.stem).strip()
-        documents.extend({**document, "source": str(path)} for document in _paragraph_documents(path, title))
+        content, fell_back = _decode(path, fallback_encoding)
+        if fell_back and on_fallback is not None:
+            on_fallback(path)
+        documents.extend({**document, "source": str(path)} for document in _paragraph_documents(path, title, content))
     return documents
