@@ -13,6 +13,8 @@ keeps catching them; the command line maps them to exit codes in one place (`rea
 Every message says what was expected and what was received, in one line.
 """
 
+import os
+
 
 class RealmHfError(Exception):
     """Base of the project's exceptions."""
@@ -63,6 +65,16 @@ def missing_index_error(option: str, index) -> MissingFileError:
     # index.json is `realm_hf.loading.INDEX_MANIFEST`, not imported: this module imports nothing heavy
     return MissingFileError(f"{option} {str(index)!r}: no such directory (expected an index directory written by "
                             "`realm-hf index build`, holding index.json)")  # fmt: skip
+
+
+def missing_model_error(option: str, value: str) -> MissingFileError | None:
+    """The error for a model name that is no directory here and cannot be a Hub repo id either (`name` or
+    `owner/name`): an absolute or relative path, `~`, more than one `/`, a backslash. `None` where it can be a repo id,
+    which the Hub then answers for. Worded alike where the command line checks `--model` (before torch loads) and
+    where the library loads a model; `option` names how it was given."""
+    if os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value:
+        return MissingFileError(f"{option} {value!r}: no such directory (expected a model directory or a Hub repo id)")
+    return None
 
 
 def not_utf8_error(

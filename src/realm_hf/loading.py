@@ -410,13 +410,13 @@ def load_open_qa(
 def _check_not_a_path(name_or_path) -> None:
     """A name that is no directory here must be a Hub repo id (`name` or `owner/name`): a file, or a path that does not
     exist, is named as such rather than by the Hub client's "Repo id must use alphanumeric chars"."""
-    from .errors import MissingFileError, ModelLoadError
+    from .errors import ModelLoadError, missing_model_error
 
     value = str(name_or_path)
     if os.path.exists(value):
         raise ModelLoadError(f"model {value!r} is a file; expected a model directory or a Hub repo id")
-    if os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value:
-        raise MissingFileError(f"model {value!r}: no such directory (expected a model directory or a Hub repo id)")
+    if (error := missing_model_error("model", value)) is not None:
+        raise error
 
 
 def _check_model_directory(name_or_path, directory: Path) -> None:

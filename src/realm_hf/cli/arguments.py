@@ -75,7 +75,7 @@ def model_location(value: str, option: str = "--model") -> str:
     wrong: a path that does not exist (`MissingFileError`, rather than the Hub client's "Repo id must be in the form
     ..."), a file, a directory without config.json (an index given as the model is named as one), a repo id neither in
     the Hub cache nor on a reachable Hub (`ModelLoadError`)."""
-    from realm_hf.errors import MissingFileError, ModelLoadError
+    from realm_hf.errors import MissingFileError, ModelLoadError, missing_model_error
 
     if os.path.exists(value):
         if not os.path.isdir(value):
@@ -89,8 +89,8 @@ def model_location(value: str, option: str = "--model") -> str:
             raise ModelLoadError(f"{option} {value!r} holds no config.json: expected a model directory (written by "
                                  "save_pretrained or `realm-hf train`) or a Hub repo id")  # fmt: skip
         return value
-    if _looks_like_a_path(value):
-        raise MissingFileError(f"{option} {value!r}: no such directory (expected a model directory or a Hub repo id)")
+    if (error := missing_model_error(option, value)) is not None:
+        raise error
     from realm_hf.checkpoints import check_hub_model
 
     try:
@@ -98,11 +98,6 @@ def model_location(value: str, option: str = "--model") -> str:
     except ModelLoadError as error:
         raise ModelLoadError(f"{option} {error}") from None
     return value
-
-
-def _looks_like_a_path(value: str) -> bool:
-    """A Hub repo id is `name` or `owner/name`; anything else that does not exist was meant as a directory."""
-    return os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1 or "\\" in value
 
 
 # The other inputs `check_inputs_exist` names, by their argparse dest, with what they should be.
@@ -117,7 +112,7 @@ def check_inputs_exist(args: argparse.Namespace) -> None:
     """Names a command's input that does not exist before the package's heavy imports (torch and Transformers take
     about 6 s), so that a mistyped path answers at once, with the message the command would give later: `--index`,
     `--corpus`, a `--model` that is a path, `--data`, `--train-file` and `--documents`."""
-    from realm_hf.errors import MissingFileError, missing_index_error
+    from realm_hf.errors import MissingFileError, missing_index_error, missing_model_error
 
     from .corpus import missing_corpus_error
 
@@ -129,8 +124,8 @@ def check_inputs_exist(args: argparse.Namespace) -> None:
         raise missing_index_error("--index", index)
     if (corpus := given("corpus")) is not None:
         raise missing_corpus_error(corpus)
-    if (model := given("model")) is not None and _looks_like_a_path(model):
-        model_location(model)
+    if (model := given("model")) is not None and (error := missing_model_error("--model", model)) is not None:
+        raise error
     for name, expected in INPUT_FILES.items():
         if (path := given(name)) is not None:
             option = "--" + name.replace("_", "-")
