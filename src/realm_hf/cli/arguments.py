@@ -415,3 +415,23 @@ def without_weight_loading_bar():
         yield
     finally:
         hf_logging.set_tqdm_hook(previous)
+
+
+@contextlib.contextmanager
+def loading_model(source: str):
+    """Turns an error loading the model `source` into one line that names it and what `--model` takes (a
+    `ModelLoadError`); an index that does not fit the model (`IndexMismatchError`) is let through: its message names
+    the index, and --model advice would mislead. The one wording of `ask`, `serve` and `evaluate`."""
+    from realm_hf.errors import IndexMismatchError, ModelLoadError
+
+    from .main import one_line
+
+    try:
+        yield
+    except IndexMismatchError:
+        raise
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(
+            f"could not load a REALM open-QA model from {source!r}: {one_line(error)} (--model takes a directory "
+            "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
+        ) from error

@@ -8,6 +8,7 @@ from pathlib import Path
 from .arguments import (
     add_searcher_arguments,
     choose_searcher,
+    loading_model,
     model_location,
     positive_int,
     without_weight_loading_bar,
@@ -146,18 +147,8 @@ def cmd_evaluate(args) -> int:
     except (OSError, ValueError) as error:
         print(f"realm-hf evaluate: error: could not read {args.data!r}: {error}", file=sys.stderr)
         return 1
-    try:
-        with without_weight_loading_bar():
-            system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size, index=args.index)
-    except (OSError, ValueError) as error:
-        from realm_hf.errors import IndexMismatchError
-
-        if isinstance(error, IndexMismatchError):
-            raise  # another model's index: its message names the index, not the model
-        source = args.model or "the default model"
-        print(f"realm-hf evaluate: error: could not load a REALM open-QA model from {source!r}: {error}",
-              file=sys.stderr)  # fmt: skip
-        return 1
+    with loading_model(args.model or "the default model"), without_weight_loading_bar():
+        system = RealmOpenQASystem.from_pretrained(args.model, batch_size=args.batch_size, index=args.index)
     choose_searcher(system.model, args.searcher, args.bm25_fraction, args.bm25_weight)
     if args.regex:
         import re

@@ -16,6 +16,7 @@ from .arguments import (
     check_writable_directory,
     choose_searcher,
     did_you_mean,
+    loading_model,
     model_location,
     positive_int,
     resolve_device,
@@ -338,17 +339,8 @@ def cmd_ask(args) -> int:
         if note:
             print(note, file=sys.stderr)
     device = resolve_device(args.device)  # before loading: a GPU that is not there is named at once
-    try:
+    with loading_model(model_path):
         model, retriever = _load(model_path, args.index)
-    except (OSError, ValueError) as error:
-        from realm_hf.errors import IndexMismatchError, ModelLoadError
-
-        if isinstance(error, IndexMismatchError):
-            raise  # the index is what does not fit (another model's), and its message says so: no --model advice
-        raise ModelLoadError(
-            f"could not load a REALM open-QA model from {model_path!r}: {one_line(error)} (--model takes a directory "
-            "written by save_pretrained or a Hub repo id such as google/realm-orqa-nq-openqa)"
-        ) from error
     choose_searcher(model, args.searcher, args.bm25_fraction, args.bm25_weight)
     model.to(device)  # the index stays where it is: the searcher moves each question's embedding to it
     results = answer_questions(model, retriever, questions, batch_size=args.batch_size, top_k=args.top_k,

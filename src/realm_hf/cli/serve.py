@@ -7,7 +7,7 @@ import re
 import socket
 import sys
 
-from .arguments import model_location, positive_int, without_weight_loading_bar
+from .arguments import loading_model, model_location, positive_int, without_weight_loading_bar
 
 HELP = """\
 Serves a web page to ask questions and see each answer highlighted in the passage it was read from (with its title,
@@ -114,18 +114,8 @@ def cmd_serve(args) -> int:
         if not own:
             examples = []  # the default model's sample questions are about its own corpus, not yours
     print(f"loading {model_path}{f' with the index {args.index}' if args.index else ''} ...", file=sys.stderr)
-    try:
+    with loading_model(model_path):
         model, retriever = load_open_qa_model(model_path, args.index)
-    except (OSError, ValueError) as error:
-        from realm_hf.errors import IndexMismatchError
-
-        if isinstance(error, IndexMismatchError):
-            raise  # another model's index: its message names the index, not the model
-        print(
-            f"realm-hf serve: error: could not load a REALM open-QA model from {model_path!r}: {error}",
-            file=sys.stderr,
-        )
-        return 1
 
     import uvicorn
 
