@@ -37,10 +37,15 @@ def test_build_index_example_on_the_offline_corpus(tmp_path):
     assert "indexed 64 blocks" in result.stdout and "the index now holds 65 blocks" in result.stdout
 
 
-def test_compare_models_pairs_the_answers_of_two_models(tmp_path):
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory) -> Path:
     from realm_hf.demo import ensure_demo_model
 
-    model = ensure_demo_model(tmp_path / "demo")
+    return ensure_demo_model(tmp_path_factory.mktemp("demo"))
+
+
+def test_compare_models_pairs_the_answers_of_two_models(tmp_path, demo_dir):
+    model = demo_dir
     questions = tmp_path / "people.jsonl"
     questions.write_text(
         json.dumps({"question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]}) + "\n"
@@ -66,6 +71,37 @@ def test_compare_models_pairs_the_answers_of_two_models(tmp_path):
     assert "kinds (1): EM 0.000 -> 1.000, gained 1, lost 0" in result.stdout
     bad = subprocess.run(command[:5] + ["[1]"] + command[6:], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "expected a JSON object, received '[1]'" in bad.stderr
+
+
+def test_evaluate_document_sets_marks_each_question_and_pairs_two_runs(tmp_path, demo_dir):
+    model = demo_dir
+    documents = tmp_path / "notices"
+    (documents / "corpus").mkdir(parents=True)
+    (documents / "corpus" / "capitals.txt").write_text("Paris is the capital of France.\n\nTokyo is the capital of "
+                                                       "Japan.\n")  # fmt: skip
+    rows = [{"question": "What is the capital of France?", "answers": ["Paris"], "file": "capitals.txt"},
+            {"question": "Did I pay the rent?", "answers": [], "file": "capitals.txt"}]  # fmt: skip
+    (documents / "questions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    people = tmp_path / "people.jsonl"
+    people.write_text(json.dumps({"question": "Who wrote Hamlet?", "answers": ["William Shakespeare"]}) + "\n"
+                      + json.dumps({"question": "Who is the CEO of my company?", "answers": []}) + "\n")  # fmt: skip
+    command = [sys.executable, "examples/evaluate_document_sets.py", "--model", str(model), "--sets", str(documents),
+               "--questions", str(people), "--output", str(tmp_path / "first.json")]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    marks = json.loads((tmp_path / "first.json").read_text())
+    # one mark per question, null for the unanswerable; the question file's unanswerable rows are left out
+    assert list(marks) == ["documents/notices", "people.jsonl"]
+    assert len(marks["documents/notices"]) == 2 and marks["documents/notices"][1] is None
+    assert marks["documents/notices"][0] in (0, 1) and len(marks["people.jsonl"]) == 1
+    right = marks["documents/notices"][0]
+    assert f"documents/notices: {right} of 1" in result.stdout
+    # a second run of the same model paired with the first: nothing gained or lost
+    command[-1] = str(tmp_path / "second.json")
+    result = subprocess.run([*command, "--compare", str(tmp_path / "first.json")], cwd=ROOT, capture_output=True,
+                            text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"documents/notices: {right} of 1 (was {right}; 0 gained, 0 lost, p = 1)" in result.stdout
 
 
 def test_compare_predictions_pairs_evaluate_prediction_files(tmp_path, capsys):
