@@ -482,7 +482,8 @@ def gather(rows_by_source: dict[str, list[dict]], results_by_source: dict[str, l
         correct += _correct(results, rows)
         answerable += [bool(row["answers"]) for row in rows]
         sources += [source] * len(rows)
-        unknown += [bool(result["unknown_names"] or result.get("about_the_asker")) for result in results]
+        unknown += [bool(result["unknown_names"] or result.get("about_the_asker") or result.get("missing_units"))
+                    for result in results]  # fmt: skip
     return Answered(torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources,
                     torch.tensor(unknown))  # fmt: skip
 

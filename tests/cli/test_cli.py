@@ -55,9 +55,10 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
             "threshold",
             "unknown_names",
             "about_the_asker",
+            "missing_units",
         }
         assert line["confidence"] is None and line["abstained"] is False  # no calibration.json: never abstains
-        assert line["unknown_names"] == [] and line["about_the_asker"] == []
+        assert line["unknown_names"] == [] and line["about_the_asker"] == [] and line["missing_units"] == []
         assert line["evidence"] == retriever.block_records[line["block_id"]].decode()
         # the answer as written in the evidence, original case included
         assert line["evidence"][line["start"] : line["end"]] == line["answer"] != ""
@@ -364,3 +365,16 @@ def test_an_interrupted_command_says_whether_a_rerun_resumes(monkeypatch, capsys
     monkeypatch.setattr(importlib.import_module(f"realm_hf.cli.{module}"), command, interrupted)
     assert cli.main(argv) == 130
     assert f"interrupted; run the same command again to {again}" in capsys.readouterr().err
+
+
+def test_ask_says_why_it_is_not_sure_of_an_amount_of_money(capsys):
+    from realm_hf.cli.main import _print_answers
+
+    result = {"question": "How much did Tovarra pay for Sorrel Glassworks?", "rank": 1, "answer": "twelve glassblowers",
+              "score": 0.4, "block_id": 3, "title": "news", "evidence": "Twelve glassblowers joined Tovarra.", "start": 0,
+              "end": 19, "confidence": 0.52, "abstained": True, "threshold": 0.4, "unknown_names": [],
+              "about_the_asker": [], "missing_units": ["money"]}  # fmt: skip
+    _print_answers([result], as_json=False)
+    out = capsys.readouterr().out
+    assert "A: (not sure) twelve glassblowers  (score 0.400, confidence 0.52)" in out  # over the threshold: not why
+    assert "   the question asks for an amount of money, and no passage read holds one" in out

@@ -38,7 +38,7 @@ QUESTIONS = [
 ]
 ANSWER_KEYS = {
     "answer", "score", "start", "end", "block_id", "title", "source", "evidence", "confidence", "abstained",
-    "threshold", "unknown_names", "about_the_asker",
+    "threshold", "unknown_names", "about_the_asker", "missing_units",
 }  # fmt: skip
 
 
@@ -1158,6 +1158,32 @@ def test_a_question_about_the_asker_is_abstained_on_over_documents_not_about_any
     assert mine(question, calibration=calibration)["abstained"] is False
     asked = mine(question, calibration=calibration, abstain_on_personal_questions=True)  # the rule, asked for
     assert asked["about_the_asker"] == ["my"] and asked["abstained"] is True
+
+
+def test_a_question_asking_for_money_where_none_is_read_is_abstained_on(open_qa, tmp_path):
+    """ "How much did Tovarra pay for Sorrel Glassworks?" over documents naming no sum was answered "twelve glassblowers
+    joined Tovarra" at a confidence of 0.40: no amount of money read, so a calibrated model abstains, whatever the
+    reader; where a price is read, it is the answer and nothing is missing."""
+    calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
+    unpriced = ["Tovarra bought Sorrel Glassworks in 2019, and twelve glassblowers joined Tovarra."]
+    priced = ["Tovarra paid 40 pounds for the Sorrel Glassworks sign in 2019."]
+    question = "How much did Tovarra pay for Sorrel Glassworks?"
+    words = sorted({word for text in [*unpriced, *priced, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+                   - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
+    for seed in range(3):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in unpriced], max_span_width=10, seed=seed)
+        answer = qa(question, calibration=calibration)
+        assert answer["missing_units"] == ["money"] and answer["abstained"] is True, seed
+        assert answer["answer"] == qa(question)["answer"]  # still the best guess
+        assert qa(question)["abstained"] is False  # no calibration, no abstaining
+        assert qa(question, calibration=calibration, abstention_threshold=0)["abstained"] is False
+        qa = _random_open_qa(tokenizer, [text.encode() for text in priced], max_span_width=10, seed=seed)
+        answer = qa(question, calibration=calibration)
+        assert answer["answer"] == "40 pounds" and answer["missing_units"] == [] and answer["abstained"] is False
+    # A vocabulary that cannot write an amount of money (the demo model's 132 wordpieces) never misses one.
+    answer = open_qa("How much does a ticket to the tower cost?", calibration=calibration)
+    assert answer["missing_units"] == [] and answer["abstained"] is False
 
 
 def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):

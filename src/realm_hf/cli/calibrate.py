@@ -77,8 +77,10 @@ def cmd_calibrate(args) -> int:
         raise InputError(f"{args.data}: the model answers {int(correct.sum())} of {len(questions)} questions right; "
                          "fitting a confidence needs at least 2 right and 2 wrong (or unanswerable) ones")  # fmt: skip
     calibration = fit_calibration(features, correct, args.features)
-    # abstained whatever the confidence: names no block holds, questions about the asker the corpus cannot answer
-    unknown = torch.tensor([bool(result["unknown_names"] or result["about_the_asker"]) for result in results])
+    # abstained whatever the confidence: names no block holds, questions about the asker the corpus cannot answer,
+    # amounts of money asked for where none was read
+    unknown = torch.tensor([bool(result["unknown_names"] or result["about_the_asker"] or result["missing_units"])
+                            for result in results])  # fmt: skip
     confidences = calibration.confidence(features).masked_fill(unknown, 0.0)
     calibration.threshold, rates = choose_threshold(confidences, correct, answerable, args.max_correct_abstained)
     calibration.metadata.update({

@@ -67,8 +67,9 @@ def answer_questions(
     the blocks read), `block_id`, `title` (`None` unless the corpus has titles), `evidence` (the block text),
     `start`/`end`, the answer's character offsets in the evidence, `confidence` (calibrated, `None` for a model without
     `calibration.json`), `abstained` (the model does not know; `answer` is still its best guess), `unknown_names`
-    (the question's names that no document mentions) and `about_the_asker` (its words asking about the asker, "my",
-    where the documents never speak to or as a person): either alone makes a calibrated model abstain. A question that
+    (the question's names that no document mentions), `about_the_asker` (its words asking about the asker, "my",
+    where the documents never speak to or as a person) and `missing_units` (`["money"]` where it asks for an amount
+    of money and no passage read holds one): each alone makes a calibrated model abstain. A question that
     cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its place instead, and the others
     are answered.
     """
@@ -109,6 +110,7 @@ def answer_questions(
                     "threshold": answer.get("threshold"),
                     "unknown_names": list(answer.get("unknown_names", [])),
                     "about_the_asker": list(answer.get("about_the_asker", [])),
+                    "missing_units": list(answer.get("missing_units", [])),
                 }
             )
     return results
@@ -148,6 +150,8 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         if result.get("about_the_asker"):
             words = ", ".join(repr(word) for word in result["about_the_asker"])
             unknown += f"   the question asks about you ({words}), and these documents are not about you\n"
+        if "money" in result.get("missing_units", []):
+            unknown += "   the question asks for an amount of money, and no passage read holds one\n"
         print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{_printable(result['answer'])}  ({score})\n"
               f"{unknown}   evidence [block {result['block_id']}{_printable(title)}]: "
               f"{_marked_evidence(result)}\n")  # fmt: skip

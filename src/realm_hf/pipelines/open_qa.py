@@ -35,7 +35,9 @@ turns it off). So does it on a question about its asker ("Who is the CEO of my c
 speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks_in_person`]; a handbook that says
 "your" is asked such questions; `abstain_on_personal_questions=False` turns it off). Over a user's own index
 (`index=`, `searcher=`) the rule is off by default: their documents are about them, in whatever person they are
-written ("How much is my deposit?" over a tenancy agreement that says "the tenant").
+written ("How much is my deposit?" over a tenancy agreement that says "the tenant"). And it abstains on a question
+asking for an amount of money ("How much did Tovarra pay?") where no passage read holds one (`missing_units`,
+`UNITS_NEVER_GUESSED`; with `prefer_number_answers`, which finds the amounts).
 """
 
 import dataclasses
@@ -131,14 +133,17 @@ class OpenQAPipeline(Pipeline):
       `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
     - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`), or the question
       names something the corpus never mentions (`unknown_names`), or asks about its asker where the corpus cannot
-      say (`about_the_asker`): the model does not know; `answer` is still its best guess. Always `False` without a
-      calibration, and with a threshold of 0.
+      say (`about_the_asker`), or for an amount of money where no passage read holds one (`missing_units`): the model
+      does not know; `answer` is still its best guess. Always `False` without a calibration, and with a threshold of
+      0.
     - `threshold` (`float` or `None`): the confidence below which this answer is abstained on: the calibration's
       (its documents threshold over a user's own index), or `abstention_threshold`; `None` without a calibration.
     - `unknown_names` (`list[str]`): the question's names (capitalised words after its first) that no block of the
       corpus holds, as written in the question; checked only with a calibration, else `[]`.
     - `about_the_asker` (`list[str]`): the words by which the question asks about its asker ("my"), where the corpus
       never speaks to or as a person; checked only with a calibration, else `[]`.
+    - `missing_units` (`list[str]`): `["money"]` where the question asks for an amount of money ("How much ...?",
+      "What does ... cost?") and no span of the passages read holds one; else `[]`.
 
     A call returns one dict per question with `top_k=1`, else a list of up to `top_k` dicts, best first (fewer when
     the blocks read hold fewer spans); a list of questions gives a list of those.
@@ -423,6 +428,8 @@ class OpenQAPipeline(Pipeline):
         # Spans ranked after every other valid one, their probabilities untouched (see `number_spans`). Invalid spans
         # are demoted with them: their logit is -inf, so they stay last, where `postprocess` stops.
         demoted = torch.zeros_like(span_mask)
+        # (B, U): the units of `UNITS_NEVER_GUESSED` asked for where no span read holds an amount in them
+        missing_units = torch.zeros(batch_size, len(UNITS_NEVER_GUESSED), dtype=torch.bool)
         number_rows, number_demoted = None, None  # the number rule's demotion before the unit narrows it (below)
         decoded = []
 
@@ -463,9 +470,16 @@ class OpenQAPipeline(Pipeline):
                 number_rows, number_demoted = demote, ~with_number & demote[:, None, None]
                 # a number in the unit asked for: where some span holds both, the others holding a number are not
                 units = [kind[0] if isinstance(kind, list) else kind for kind in as_read("asked_units", _unit_names)]
-                in_units = self._in_asked_units(spans, with_number, [names if asked else "" for names, asked in
-                                                                     zip(units, numeric.tolist())])  # fmt: skip
+                units = [names if asked else "" for names, asked in zip(units, numeric.tolist())]
+                in_units, read_units = self._in_asked_units(spans, with_number, units)
                 demoted = ~in_units & demote[:, None, None]
+                # "How much did Tovarra pay for Sorrel Glassworks?" over documents that name no sum: no amount of
+                # money read, so none to give ("twelve glassblowers joined Tovarra" at confidence 0.40 was)
+                # (only where the vocabulary can write such an amount: the demo model's 132 wordpieces cannot)
+                writable = [unit_ids[unit].numel() > 0 for unit in UNITS_NEVER_GUESSED]
+                missing_units = torch.tensor([[not read and unit in names.split() and can for unit, can in
+                                               zip(UNITS_NEVER_GUESSED, writable)]
+                                              for names, read in zip(units, read_units)])  # fmt: skip
         if prefer_name_answers:
             named = asks("asks_for_a_name", asks_for_a_name) & ~demoted.flatten(1).any(-1)
             if bool(named.any()):
@@ -537,15 +551,20 @@ class OpenQAPipeline(Pipeline):
             "block_mask": spans.block_mask,  # (B, R, L)
             "unknown_names": model_inputs.get("unknown_names", [[]] * batch_size),  # B lists of words
             "about_the_asker": model_inputs.get("about_the_asker", [[]] * batch_size),  # B lists of words
+            "missing_units": missing_units,  # (B, U)
         }
 
-    def _in_asked_units(self, spans, with_number: torch.BoolTensor, units: list[str]) -> torch.BoolTensor:
+    def _in_asked_units(
+        self, spans, with_number: torch.BoolTensor, units: list[str]
+    ) -> tuple[torch.BoolTensor, list[bool]]:
         """`with_number` (`(B, R, N)`) narrowed, for each question asking for a number in a unit (`units`: the names
         of [`asked_units`], joined by spaces; `""` for none), to the spans that also hold the unit ([`unit_spans`])
         and, of those, to the amounts alone ([`amount_spans`]: "11 hours", not "battery lasts about 11 hours on"),
-        where any span is. A span never ends on a time's ":" ("09:30", not "09:")."""
+        where any span is; and, for each question, whether some span read holds a number in its unit (`True` where
+        it asks for none). A span never ends on a time's ":" ("09:30", not "09:")."""
+        found = [not names for names in units]
         if not any(units):
-            return with_number
+            return with_number, found
         digit_ids, word_ids, continuation_ids, digit_continuation_ids = self._number_ids()
         unit_ids, letter_ids = self._unit_ids(), self._code_ids()[1]
         reader_ids = spans.reader_input_ids
@@ -564,7 +583,8 @@ class OpenQAPipeline(Pipeline):
             tight = in_unit & amounts.to(with_number.device)
             for row in [row for row, asked in enumerate(units) if asked == names and bool(in_unit[row].any())]:
                 narrowed[row] = tight[row] if bool(tight[row].any()) else in_unit[row]
-        return narrowed
+                found[row] = True
+        return narrowed, found
 
     def _name_spans(self, spans, questions: torch.BoolTensor) -> torch.BoolTensor:
         """[`name_like_spans`] of the blocks read for each of `questions` (`(B,)`); `False` for the others."""
@@ -771,8 +791,9 @@ class OpenQAPipeline(Pipeline):
             threshold = 0 if calibration is None else calibration.threshold_for(
                 getattr(self.model, "searches_own_index", True))  # fmt: skip
         names, asker = list(outputs["unknown_names"]), list(outputs["about_the_asker"])
+        missing = [unit for unit, flag in zip(UNITS_NEVER_GUESSED, outputs["missing_units"].tolist()) if flag]
         # Only where there is a calibration to abstain with at all, and a threshold that can abstain.
-        unknown = confidences is not None and threshold > 0 and bool(names or asker)
+        unknown = confidences is not None and threshold > 0 and bool(names or asker or missing)
         block_ids = outputs["block_ids"].tolist()
         blocks = {}  # block index -> (text, character offsets of its tokens in the reader input)
         answers = []
@@ -803,6 +824,7 @@ class OpenQAPipeline(Pipeline):
                     "threshold": None if confidences is None else float(threshold),
                     "unknown_names": names,
                     "about_the_asker": asker,
+                    "missing_units": missing,
                 }
             )
         if top_k > 1:
@@ -815,7 +837,7 @@ class OpenQAPipeline(Pipeline):
                 "title": self._title(block_ids[0]), "source": self._source(block_ids[0]), "evidence": evidence,
                 "confidence": None if calibration is None else 0.0, "abstained": calibration is not None,
                 "threshold": None if calibration is None else float(threshold), "unknown_names": names,
-                "about_the_asker": asker}  # fmt: skip
+                "about_the_asker": asker, "missing_units": missing}  # fmt: skip
 
     def _searches_own_index(self) -> bool:
         """Whether the model reads its own corpus (no `index=` / `searcher=` given; see `loading.is_own_index`)."""
@@ -1050,6 +1072,11 @@ _ASKS_FOR_A_NUMBER = re.compile(
     re.IGNORECASE,
 )
 # The units a number may be asked in, as whole words of an uncased vocabulary.
+# The units whose absence makes a calibrated model abstain: a question asking for an amount of money ("How much did
+# ... pay?") where no span read holds one (`missing_units`). A price is written with its currency; over the document
+# sets an answer to such a question without one was never right (5 of 5 were unanswerable or wrong, session 28).
+# Durations and times are left out: "How long ...?" -> "a fortnight", "What time ...?" -> "noon" hold no unit.
+UNITS_NEVER_GUESSED = ("money",)
 UNIT_WORDS = {
     "duration": frozenset("second seconds minute minutes min mins hour hours hr hrs day days week weeks month months "
                           "year years decade decades century centuries".split()),
@@ -1057,8 +1084,10 @@ UNIT_WORDS = {
                         "ft foot feet inch inches yard yards".split()),
     "mass": frozenset("g kg gram grams kilogram kilograms tonne tonnes ton tons lb lbs pound pounds ounce ounces "
                       "oz".split()),
-    "money": frozenset("€ $ £ ¥ euro euros eur dollar dollars usd cent cents pence gbp yen franc francs krona kronor "
-                       "krone kroner rupee rupees yuan".split()),
+    # "pounds" weighs too, but a question that asks what something costs means sterling ("a deposit of 1325 pounds")
+    "money": frozenset("€ $ £ ¥ euro euros eur dollar dollars usd cent cents pence gbp pound pounds quid yen franc "
+                       "francs krona kronor krone kroner rupee rupees yuan peso pesos ruble rubles rouble roubles lira "
+                       "dinar dinars dirham dirhams riyal riyals baht zloty forint shekel shekels".split()),
     "percent": frozenset(["%", "percent"]),
     "clock": frozenset([":", "am", "pm", "noon", "midnight"]),  # "13:00", "9 am"
 }  # fmt: skip
@@ -1118,7 +1147,8 @@ def answers_with_features(
                                 "features": one["features"][0, 0].tolist(),
                                 "unknown_names": unknown_names(question, frequencies[0]),
                                 "about_the_asker": _unanswerable_asker_words(question, frequencies)
-                                if open_qa._searches_own_index() else []})  # fmt: skip
+                                if open_qa._searches_own_index() else [],
+                                "missing_units": answer["missing_units"]})  # fmt: skip
             bar.update(len(batch))
     return results
 
