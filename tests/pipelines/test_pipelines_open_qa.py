@@ -1167,8 +1167,9 @@ def test_a_question_asking_for_money_where_none_is_read_is_abstained_on(open_qa,
     calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
     unpriced = ["Tovarra bought Sorrel Glassworks in 2019, and twelve glassblowers joined Tovarra."]
     priced = ["Tovarra paid 40 pounds for the Sorrel Glassworks sign in 2019."]
+    shared = ["Tovarra paid 40 % of what Sorrel Glassworks was worth in 2019."]  # a share of a price answers too
     question = "How much did Tovarra pay for Sorrel Glassworks?"
-    words = sorted({word for text in [*unpriced, *priced, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+    words = sorted({word for text in [*unpriced, *priced, *shared, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
                    - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
     tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
     for seed in range(3):  # whatever the reader's own order
@@ -1181,6 +1182,8 @@ def test_a_question_asking_for_money_where_none_is_read_is_abstained_on(open_qa,
         qa = _random_open_qa(tokenizer, [text.encode() for text in priced], max_span_width=10, seed=seed)
         answer = qa(question, calibration=calibration)
         assert answer["answer"] == "40 pounds" and answer["missing_units"] == [] and answer["abstained"] is False
+        qa = _random_open_qa(tokenizer, [text.encode() for text in shared], max_span_width=10, seed=seed)
+        assert qa(question, calibration=calibration)["missing_units"] == []
     # A vocabulary that cannot write an amount of money (the demo model's 132 wordpieces) never misses one.
     answer = open_qa("How much does a ticket to the tower cost?", calibration=calibration)
     assert answer["missing_units"] == [] and answer["abstained"] is False

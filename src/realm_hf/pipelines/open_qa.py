@@ -475,11 +475,15 @@ class OpenQAPipeline(Pipeline):
                 demoted = ~in_units & demote[:, None, None]
                 # "How much did Tovarra pay for Sorrel Glassworks?" over documents that name no sum: no amount of
                 # money read, so none to give ("twelve glassblowers joined Tovarra" at confidence 0.40 was)
-                # (only where the vocabulary can write such an amount: the demo model's 132 wordpieces cannot)
+                # (only where the vocabulary can write such an amount: the demo model's 132 wordpieces cannot); a
+                # share of a price is one too ("How much is the upgrade?" -> "50%")
                 writable = [unit_ids[unit].numel() > 0 for unit in UNITS_NEVER_GUESSED]
-                missing_units = torch.tensor([[not read and unit in names.split() and can for unit, can in
+                shares = unit_spans(spans, unit_ids["percent"], continuation_ids, None,
+                                    torch.cat([digit_ids, digit_continuation_ids])).to(with_number.device)  # fmt: skip
+                read_shares = (shares & with_number).flatten(1).any(-1).tolist()
+                missing_units = torch.tensor([[not (read or share) and unit in names.split() and can for unit, can in
                                                zip(UNITS_NEVER_GUESSED, writable)]
-                                              for names, read in zip(units, read_units)])  # fmt: skip
+                                              for names, read, share in zip(units, read_units, read_shares)])  # fmt: skip
         if prefer_name_answers:
             named = asks("asks_for_a_name", asks_for_a_name) & ~demoted.flatten(1).any(-1)
             if bool(named.any()):
@@ -1073,8 +1077,9 @@ _ASKS_FOR_A_NUMBER = re.compile(
 )
 # The units a number may be asked in, as whole words of an uncased vocabulary.
 # The units whose absence makes a calibrated model abstain: a question asking for an amount of money ("How much did
-# ... pay?") where no span read holds one (`missing_units`). A price is written with its currency; over the document
-# sets an answer to such a question without one was never right (5 of 5 were unanswerable or wrong, session 28).
+# ... pay?") where no span read holds one, nor a percentage (`missing_units`). A price is written with its currency;
+# over the document sets an answer to such a question without one was right once ("50%", of an upgrade's price) and
+# otherwise wrong or its question unanswerable (7 of 8, session 28).
 # Durations and times are left out: "How long ...?" -> "a fortnight", "What time ...?" -> "noon" hold no unit.
 UNITS_NEVER_GUESSED = ("money",)
 UNIT_WORDS = {
