@@ -884,6 +884,24 @@ def test_an_amount_of_money_is_no_answer_to_when(tmp_path):
         assert "28" in answer and not {"£", "€", "45", "30"} & set(re.findall(r"\d+|[£€]", answer)), (seed, answer)
 
 
+def test_an_amount_of_money_is_no_count(tmp_path):
+    """ "How many people came to the summer party?" was answered "45 euros per person" over a company's newsletter: a
+    count is a number, never an amount of money, whatever the reader prefers; "How many euros ...?" asks for money."""
+    from realm_hf.pipelines.open_qa import asks_for_a_count
+
+    assert asks_for_a_count("How many people came to the summer party?") and asks_for_a_count("how many?")
+    assert not asks_for_a_count("How many euros does the ticket cost?") and not asks_for_a_count("How much is it?")
+    texts = ["The summer party cost 45 euros per person, and 120 people came to the hall."]
+    question = "How many people came to the summer party?"
+    words = sorted({word for text in [*texts, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+                   - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
+    for seed in range(6):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
+        answer = qa(question)["answer"]
+        assert "120" in answer and "45" not in answer and "euros" not in answer, (seed, answer)
+
+
 def test_number_questions_get_an_answer_holding_a_number(open_qa):
     from realm_hf.pipelines.open_qa import number_spans
 

@@ -455,12 +455,14 @@ class OpenQAPipeline(Pipeline):
                 signed_ids = (unit_ids["sign"], digit_continuation_ids)
                 with_number = number_spans(spans, digit_ids, word_ids, continuation_ids, self._code_ids(), signed_ids)
                 with_number &= span_mask
-                timely = asks("asks_for_a_time", asks_for_a_time)
-                if bool(timely.any()):  # an amount of money is no time: "When is garden waste collected?" over
-                    # "Garden waste costs £45 a year and is collected on the last Friday of each month" is not "£45"
+                # an amount of money is no time: "When is garden waste collected?" over "Garden waste costs £45 a year
+                # and is collected on the last Friday of each month" is not "£45"; nor a count: "How many people came
+                # to the summer party?" is not "45 euros per person"
+                moneyless = asks("asks_for_a_time", asks_for_a_time) | asks("asks_for_a_count", asks_for_a_count)
+                if bool(moneyless.any()):
                     money = money_spans(spans, unit_ids["money"], unit_ids["sign"], continuation_ids,
                                         torch.cat([digit_ids, digit_continuation_ids])).to(with_number.device)  # fmt: skip
-                    with_number &= ~(money & timely[:, None, None])
+                    with_number &= ~(money & moneyless[:, None, None])
                 if bool(yearly.any()):  # a year is one number: where some span is one, the others holding one are not
                     whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
                     keep_whole = yearly & whole.flatten(1).any(-1)
@@ -1165,6 +1167,7 @@ def _answer_kinds(questions: list[str]) -> dict:
         "asks_for_a_number": torch.tensor([asks_for_a_number(question) for question in questions]),
         "asks_for_a_year": torch.tensor([asks_for_a_year(question) for question in questions]),
         "asks_for_a_time": torch.tensor([asks_for_a_time(question) for question in questions]),
+        "asks_for_a_count": torch.tensor([asks_for_a_count(question) for question in questions]),
         "asks_for_a_name": torch.tensor([asks_for_a_name(question) for question in questions]),
         "asked_type": [asked_type(question) for question in questions],
         "asked_units": [_unit_names(question) for question in questions],
@@ -1209,6 +1212,17 @@ def asks_for_a_time(question: str) -> bool:
     money ("£45 a year" beside "collected on the last Friday of each month"); where no other span holds a number the
     reader's own choice stands."""
     return bool(re.search(_ASKS_FOR_A_TIME, question, re.IGNORECASE))
+
+
+def asks_for_a_count(question: str) -> bool:
+    """Whether a question asks how many of something there are ("How many people came?", not "How many euros does
+    it cost?"): answered with a number where one is read, but never with an amount of money ("45 euros per person"
+    beside the party's guests; over the document sets no count was ever answered right with one)."""
+    found = _ASKS_FOR_A_COUNT.match(question)
+    return bool(found) and found.group(1).lower() not in UNIT_WORDS["money"]
+
+
+_ASKS_FOR_A_COUNT = re.compile(r"^\W*how\s+many\b\s*(\w*)", re.IGNORECASE)
 
 
 def asks_for_a_year(question: str) -> bool:
@@ -1373,15 +1387,18 @@ def money_spans(
     spans, money_ids: torch.Tensor, sign_ids: torch.Tensor, continuation_ids: torch.Tensor, number_ids: torch.Tensor
 ) -> torch.BoolTensor:
     """Which candidate spans hold an amount of money: `(B, R, N)`, a unit of money (`money_ids`: "euros", "£") as
-    [`unit_spans`] reads it, or digits written onto a currency sign (`sign_ids`) whose sign the span leaves out (the
-    "30" of "€30", read "€", "##30", where the span starts at "##30")."""
+    [`unit_spans`] reads it, digits written onto a currency sign (`sign_ids`) whose sign the span leaves out (the
+    "30" of "€30", read "€", "##30", where the span starts at "##30"), or a number (`number_ids`) whose unit of money
+    follows the span (the "45" of "45 euros per person")."""
     reader_ids = spans.reader_input_ids  # (B, R, L)
     starts, ends = spans.candidate_starts.to(reader_ids.device), spans.candidate_ends.to(reader_ids.device)
     held = unit_spans(spans, money_ids, continuation_ids, sign_ids, number_ids)
     if starts.numel() == 0:
         return held
     signed = torch.isin(reader_ids, continuation_ids.to(reader_ids.device)) & _preceded(reader_ids, sign_ids)
-    return held | (_count_in_spans(signed, starts, ends) > 0)
+    following = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], money_ids.to(reader_ids.device)), (0, 1))
+    priced = torch.isin(reader_ids, number_ids.to(reader_ids.device)) & following
+    return held | (_count_in_spans(signed | priced, starts, ends) > 0)
 
 
 def amount_spans(
@@ -1767,6 +1784,7 @@ __all__ = [
     "amount_spans",
     "answers_with_features",
     "asked_units",
+    "asks_for_a_count",
     "asks_for_a_number",
     "asks_for_a_time",
     "asks_for_a_year",
