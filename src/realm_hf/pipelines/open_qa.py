@@ -1081,7 +1081,7 @@ _ASKS_FOR_A_NUMBER = re.compile(
 # The units whose absence makes a calibrated model abstain: a question asking for an amount of money ("How much did
 # ... pay?") where no span read holds one, nor a percentage (`missing_units`). A price is written with its currency;
 # over the document sets an answer to such a question without one was right once ("50%", of an upgrade's price) and
-# otherwise wrong or its question unanswerable (7 of 8, session 28).
+# otherwise wrong or its question unanswerable (6 of 7, session 28).
 # Durations and times are left out: "How long ...?" -> "a fortnight", "What time ...?" -> "noon" hold no unit.
 UNITS_NEVER_GUESSED = ("money",)
 UNIT_WORDS = {
