@@ -168,12 +168,20 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
     # the threshold over a user's documents: chosen on the four calibration sets, checked on the two evaluation sets
     examples = ROOT / "examples"
     sets = command[command.index("--document-sets") + 1 : command.index("--check-document-sets")]
-    assert sets == [str(path) for path in CALIBRATION_SETS] and len(sets) == 4
+    assert sets == [str(examples / "document_calibration" / name) for name in build.CALIBRATION_SETS]
+    assert len(sets) == 4 and all(Path(path).is_dir() for path in sets)
     assert command[command.index("--check-document-sets") + 1 :] == [str(examples / "own_documents"),
                                                                      str(examples / "town_documents")]  # fmt: skip
     assert sorted(shipped["metadata"]["documents"]["fitted_on"]) == [
-        f"documents/{path.name}" for path in CALIBRATION_SETS
+        f"documents/{name}" for name in build.CALIBRATION_SETS
     ]
+    # sets named on the command line instead
+    commands.clear()
+    build.main(["--work-dir", str(tmp_path / "work"), "--output-dir", str(tmp_path / "model"), "--stages", "calibrate",
+                "--calibration-sets", "car", "shop"])  # fmt: skip
+    (command,) = commands
+    sets = command[command.index("--document-sets") + 1 : command.index("--check-document-sets")]
+    assert sets == [str(examples / "document_calibration" / name) for name in ("car", "shop")]
     assert 0 < shipped["documents_threshold"] < shipped["threshold"]
 
 
