@@ -461,7 +461,8 @@ class OpenQAPipeline(Pipeline):
                 moneyless = asks("asks_for_a_time", asks_for_a_time) | asks("asks_for_a_count", asks_for_a_count)
                 if bool(moneyless.any()):
                     money = money_spans(spans, unit_ids["money"], unit_ids["sign"], continuation_ids,
-                                        torch.cat([digit_ids, digit_continuation_ids])).to(with_number.device)  # fmt: skip
+                                        torch.cat([digit_ids, digit_continuation_ids]),
+                                        unit_ids["separator"]).to(with_number.device)  # fmt: skip
                     with_number &= ~(money & moneyless[:, None, None])
                 if bool(yearly.any()):  # a year is one number: where some span is one, the others holding one are not
                     whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
@@ -1384,21 +1385,34 @@ def unit_spans(
 
 
 def money_spans(
-    spans, money_ids: torch.Tensor, sign_ids: torch.Tensor, continuation_ids: torch.Tensor, number_ids: torch.Tensor
+    spans,
+    money_ids: torch.Tensor,
+    sign_ids: torch.Tensor,
+    continuation_ids: torch.Tensor,
+    number_ids: torch.Tensor,
+    separator_ids: torch.Tensor | None = None,
 ) -> torch.BoolTensor:
     """Which candidate spans hold an amount of money: `(B, R, N)`, a unit of money (`money_ids`: "euros", "£") as
     [`unit_spans`] reads it, digits written onto a currency sign (`sign_ids`) whose sign the span leaves out (the
-    "30" of "€30", read "€", "##30", where the span starts at "##30"), or a number (`number_ids`) whose unit of money
-    follows the span (the "45" of "45 euros per person")."""
+    "30" of "€30", read "€", "##30", where the span starts at "##30"), a number (`number_ids`) whose unit of money
+    follows the span (the "45" of "45 euros per person"), or, given `separator_ids` ("," and "."), the digits that go
+    on after a separator in an amount (the "325" of "£1,325", read "£1", ",", "325")."""
     reader_ids = spans.reader_input_ids  # (B, R, L)
-    starts, ends = spans.candidate_starts.to(reader_ids.device), spans.candidate_ends.to(reader_ids.device)
+    device = reader_ids.device
+    starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
     held = unit_spans(spans, money_ids, continuation_ids, sign_ids, number_ids)
     if starts.numel() == 0:
         return held
-    signed = torch.isin(reader_ids, continuation_ids.to(reader_ids.device)) & _preceded(reader_ids, sign_ids)
-    following = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], money_ids.to(reader_ids.device)), (0, 1))
-    priced = torch.isin(reader_ids, number_ids.to(reader_ids.device)) & following
-    return held | (_count_in_spans(signed | priced, starts, ends) > 0)
+    number = torch.isin(reader_ids, number_ids.to(device))
+    signed = torch.isin(reader_ids, continuation_ids.to(device)) & _preceded(reader_ids, sign_ids)
+    following = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], money_ids.to(device)), (0, 1))
+    amount = signed | (number & following) | torch.isin(reader_ids, money_ids.to(device))
+    if separator_ids is not None:  # forward only: "2019, 45 euros" reads like "2,045 euros" backwards
+        separated = _preceded(reader_ids, separator_ids)
+        for _ in range(3):  # "£1,325,000.50": each group of digits after the one before
+            after_amount = torch.nn.functional.pad(amount[..., :-2], (2, 0))
+            amount = amount | (number & separated & after_amount)
+    return held | (_count_in_spans((amount & number) | signed, starts, ends) > 0)
 
 
 def amount_spans(
