@@ -251,7 +251,7 @@ CALIBRATION_SETS = sorted(path for path in (ROOT / "examples" / "document_calibr
     ],
 )
 def test_document_sets_answer_from_their_files_and_split_by_file(name, unanswerable, splits):
-    """The user-documents sets (two for evaluation, sixteen for training, four for the documents threshold): every
+    """The user-documents sets (two for evaluation, sixteen for training, eight for the documents threshold): every
     answer stands in its file as written, unanswerable questions have none, and no file has questions in two splits
     (each set's README says how it was written)."""
     folder = ROOT / "examples" / name
