@@ -905,6 +905,25 @@ def test_an_amount_of_money_is_no_answer_to_when(tmp_path):
         assert "28" in answer and not {"£", "€", "45", "30"} & set(re.findall(r"\d+|[£€]", answer)), (seed, answer)
 
 
+def test_the_number_rule_yields_to_a_far_surer_reader_on_time_questions(tmp_path, monkeypatch):
+    """ "Until when are the flour prices fixed?" was answered "2 pm" (0.000) over the reader's "31 July 2027" (0.99):
+    where the reader is `TIME_YIELD_RATIO` times surer of its own span than of any holding a number, it stands."""
+    import realm_hf.pipelines.open_qa as open_qa_module
+
+    texts = ["Bins go out every other Tuesday by 7 am, and garden waste on the last Friday of each month."]
+    question = "When is garden waste collected?"
+    words = sorted({word for text in [*texts, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+                   - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
+    for seed in range(3):
+        qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
+        own = qa(question, prefer_number_answers=False)["answer"]
+        monkeypatch.setattr(open_qa_module, "TIME_YIELD_RATIO", float("inf"))  # never yields: a number it is
+        assert "7" in qa(question)["answer"], seed
+        monkeypatch.setattr(open_qa_module, "TIME_YIELD_RATIO", 1e-30)  # always yields: the reader's own span
+        assert qa(question)["answer"] == own, seed
+
+
 def test_an_amount_of_money_is_no_count(tmp_path):
     """ "How many people came to the summer party?" was answered "45 euros per person" over a company's newsletter: a
     count is a number, never an amount of money, whatever the reader prefers; "How many euros ...?" asks for money."""
