@@ -465,15 +465,6 @@ class OpenQAPipeline(Pipeline):
                                         torch.cat([digit_ids, digit_continuation_ids]),
                                         unit_ids["separator"]).to(with_number.device)  # fmt: skip
                     with_number &= ~(money & moneyless[:, None, None])
-                if bool(timely.any()):
-                    # A time is often written without a number ("the following Monday", "every Wednesday"): where the
-                    # reader is far surer of a span of its own than of any holding a number, its choice stands ("Until
-                    # when are the flour prices fixed?" -> "31 July 2027" at 0.99, not "2 pm" at 0.000)
-                    span_logits = spans.span_logits.float().to(with_number.device)
-                    own = span_logits.masked_fill(~span_mask, float("-inf")).flatten(1).max(-1).values
-                    numbered = span_logits.masked_fill(~with_number, float("-inf")).flatten(1).max(-1).values
-                    yields = timely & (own - numbered > math.log(TIME_YIELD_RATIO))
-                    with_number &= ~yields[:, None, None]
                 if bool(yearly.any()):  # a year is one number: where some span is one, the others holding one are not
                     whole = whole_number_spans(spans, digit_ids, digit_continuation_ids, continuation_ids) & span_mask
                     keep_whole = yearly & whole.flatten(1).any(-1)
@@ -486,6 +477,17 @@ class OpenQAPipeline(Pipeline):
                 units = [names if asked else "" for names, asked in zip(units, numeric.tolist())]
                 in_units, read_units = self._in_asked_units(spans, with_number, units)
                 demoted = ~in_units & demote[:, None, None]
+                if bool((timely & demote).any()):
+                    # A time is often written without a number, or not in the unit asked for ("every Wednesday",
+                    # "31 July 2027" for "Until when ...?", which asks for a clock time): where the reader is far surer
+                    # of a span of its own than of any the rules put first, its choice stands ("Until when are the
+                    # flour prices fixed?" -> "31 July 2027" at 0.99, not "2 pm" at 0.000)
+                    span_logits = spans.span_logits.float().to(demoted.device)
+                    own = span_logits.masked_fill(~span_mask, float("-inf")).flatten(1).max(-1).values
+                    kept = span_logits.masked_fill(demoted | ~span_mask, float("-inf")).flatten(1).max(-1).values
+                    yields = timely & demote & (own - kept > math.log(TIME_YIELD_RATIO))
+                    demoted &= ~yields[:, None, None]
+                    number_rows, number_demoted = demote & ~yields, number_demoted & ~yields[:, None, None]
                 # "How much did Tovarra pay for Sorrel Glassworks?" over documents that name no sum: no amount of
                 # money read, so none to give ("twelve glassblowers joined Tovarra" at confidence 0.40 was)
                 # (only where the vocabulary can write such an amount: the demo model's 132 wordpieces cannot); a
