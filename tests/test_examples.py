@@ -165,11 +165,11 @@ def test_the_calibrate_stage_defaults_reproduce_the_shipped_calibration(tmp_path
     assert "--bm25-weights 0.5" in options and "--dev-budget 0.08" in options
     shipped = json.loads((ROOT / "models" / "realm-minilm-factbook" / "calibration.json").read_text())
     assert shipped["metadata"]["max_correct_abstained"] == 0.08
-    # the threshold over a user's documents: chosen on the four calibration sets, checked on the two evaluation sets
+    # the threshold over a user's documents: chosen on the eight calibration sets, checked on the two evaluation sets
     examples = ROOT / "examples"
     sets = command[command.index("--document-sets") + 1 : command.index("--check-document-sets")]
     assert sets == [str(examples / "document_calibration" / name) for name in build.CALIBRATION_SETS]
-    assert len(sets) == 4 and all(Path(path).is_dir() for path in sets)
+    assert len(sets) == 8 and all(Path(path).is_dir() for path in sets)
     assert command[command.index("--check-document-sets") + 1 :] == [str(examples / "own_documents"),
                                                                      str(examples / "town_documents")]  # fmt: skip
     assert sorted(shipped["metadata"]["documents"]["fitted_on"]) == [
