@@ -378,3 +378,5 @@ def test_ask_says_why_it_is_not_sure_of_an_amount_of_money(capsys):
     out = capsys.readouterr().out
     assert "A: (not sure) twelve glassblowers  (score 0.400, confidence 0.52)" in out  # over the threshold: not why
     assert "   the question asks for an amount of money, and no passage read holds one" in out
+    _print_answers([{**result, "missing_units": ["clock"]}], as_json=False)
+    assert "   the question asks for a time of day, and no passage read holds one" in capsys.readouterr().out

@@ -912,8 +912,8 @@ def test_the_number_rule_yields_to_a_far_surer_reader_on_time_questions(tmp_path
 
     texts = ["Bins go out every other Tuesday by 7 am, and garden waste on the last Friday of each month."]
     question = "When is garden waste collected?"
-    words = sorted({word for text in [*texts, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
-                   - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
+    words = sorted({word for text in [*texts, question, "What time do bins go out?"]
+                    for word in re.findall(r"\w+|[^\w\s]", text.lower())} - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
     tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
     for seed in range(3):
         qa = _random_open_qa(tokenizer, [text.encode() for text in texts], max_span_width=10, seed=seed)
@@ -922,6 +922,8 @@ def test_the_number_rule_yields_to_a_far_surer_reader_on_time_questions(tmp_path
         assert "7" in qa(question)["answer"], seed
         monkeypatch.setattr(open_qa_module, "TIME_YIELD_RATIO", 1e-30)  # always yields: the reader's own span
         assert qa(question)["answer"] == own, seed
+        # but never on "What time ...?", which asks for a time of day ("14 Elm Road" at 0.67 was a walkthrough's)
+        assert "7" in qa("What time do bins go out?")["answer"], seed
 
 
 def test_an_amount_of_money_is_no_count(tmp_path):
@@ -1248,6 +1250,30 @@ def test_a_question_asking_for_money_where_none_is_read_is_abstained_on(open_qa,
     # A vocabulary that cannot write an amount of money (the demo model's 132 wordpieces) never misses one.
     answer = open_qa("How much does a ticket to the tower cost?", calibration=calibration)
     assert answer["missing_units"] == [] and answer["abstained"] is False
+
+
+def test_a_question_asking_what_time_where_no_time_is_read_is_abstained_on(tmp_path):
+    """ "What time is Tom Reyes's dentist appointment?" over blocks holding no time was answered "14 Elm Road" at a
+    confidence of 0.67: a calibrated model abstains; where a time is read it is the answer. "Until when ...?" (which
+    may want a date) is not checked."""
+    from realm_hf.pipelines.open_qa import asks_what_time
+
+    assert asks_what_time("what time does it open") and not asks_what_time("Until when is the offer valid?")
+    calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
+    untimed = ["Dear Tom Reyes, your dentist is at 14 Elm Road."]
+    timed = ["Tom Reyes has a dentist appointment at 9:40 am at 14 Elm Road."]
+    question = "What time is Tom Reyes's dentist appointment?"
+    words = sorted({word for text in [*untimed, *timed, question, "until when"]
+                    for word in re.findall(r"\w+|[^\w\s]", text.lower())} - set(RETRIEVAL_TEST_VOCAB))  # fmt: skip
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
+    for seed in range(3):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in untimed], max_span_width=10, seed=seed)
+        answer = qa(question, calibration=calibration)
+        assert answer["missing_units"] == ["clock"] and answer["abstained"] is True, seed
+        assert qa("Until when is Tom Reyes's dentist appointment?", calibration=calibration)["missing_units"] == []
+        qa = _random_open_qa(tokenizer, [text.encode() for text in timed], max_span_width=10, seed=seed)
+        answer = qa(question, calibration=calibration)
+        assert "40" in answer["answer"] and answer["missing_units"] == [] and answer["abstained"] is False, seed
 
 
 def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):

@@ -69,9 +69,9 @@ def answer_questions(
     `calibration.json`), `abstained` (the model does not know; `answer` is still its best guess), `unknown_names`
     (the question's names that no document mentions), `about_the_asker` (its words asking about the asker, "my",
     where the documents never speak to or as a person) and `missing_units` (`["money"]` where it asks for an amount
-    of money and no passage read holds one): each alone makes a calibrated model abstain. A question that
-    cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its place instead, and the others
-    are answered.
+    of money and no passage read holds one, `["clock"]` for a time of day): each alone makes a calibrated model
+    abstain. A question that cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its
+    place instead, and the others are answered.
     """
     from transformers import pipeline
 
@@ -150,11 +150,17 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
         if result.get("about_the_asker"):
             words = ", ".join(repr(word) for word in result["about_the_asker"])
             unknown += f"   the question asks about you ({words}), and these documents are not about you\n"
-        if "money" in result.get("missing_units", []):
-            unknown += "   the question asks for an amount of money, and no passage read holds one\n"
+        for unit in result.get("missing_units", []):
+            unknown += (
+                f"   the question asks for {MISSING_UNIT_WORDS.get(unit, unit)}, and no passage read holds one\n"
+            )
         print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{_printable(result['answer'])}  ({score})\n"
               f"{unknown}   evidence [block {result['block_id']}{_printable(title)}]: "
               f"{_marked_evidence(result)}\n")  # fmt: skip
+
+
+# What `ask` calls each unit of `missing_units` (realm_hf.pipelines.open_qa.UNITS_NEVER_GUESSED).
+MISSING_UNIT_WORDS = {"money": "an amount of money", "clock": "a time of day"}
 
 
 def _marked_evidence(result: dict) -> str:

@@ -36,7 +36,8 @@ speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks
 "your" is asked such questions; `abstain_on_personal_questions=False` turns it off). Over a user's own index
 (`index=`, `searcher=`) the rule is off by default: their documents are about them, in whatever person they are
 written ("How much is my deposit?" over a tenancy agreement that says "the tenant"). And it abstains on a question
-asking for an amount of money ("How much did Tovarra pay?") where no passage read holds one (`missing_units`,
+asking for an amount of money ("How much did Tovarra pay?") or a time of day ("What time ...?") where no passage read
+holds one (`missing_units`,
 `UNITS_NEVER_GUESSED`; with `prefer_number_answers`, which finds the amounts).
 """
 
@@ -133,7 +134,7 @@ class OpenQAPipeline(Pipeline):
       `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
     - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`), or the question
       names something the corpus never mentions (`unknown_names`), or asks about its asker where the corpus cannot
-      say (`about_the_asker`), or for an amount of money where no passage read holds one (`missing_units`): the model
+      say (`about_the_asker`), or for an amount of money or a time of day where no passage read holds one (`missing_units`): the model
       does not know; `answer` is still its best guess. Always `False` without a calibration, and with a threshold of
       0.
     - `threshold` (`float` or `None`): the confidence below which this answer is abstained on: the calibration's
@@ -143,7 +144,8 @@ class OpenQAPipeline(Pipeline):
     - `about_the_asker` (`list[str]`): the words by which the question asks about its asker ("my"), where the corpus
       never speaks to or as a person; checked only with a calibration, else `[]`.
     - `missing_units` (`list[str]`): `["money"]` where the question asks for an amount of money ("How much ...?",
-      "What does ... cost?") and no span of the passages read holds one; else `[]`.
+      "What does ... cost?") and no span of the passages read holds one, `["clock"]` where it asks "What time ...?"
+      and none holds a time of day; else `[]`.
 
     A call returns one dict per question with `top_k=1`, else a list of up to `top_k` dicts, best first (fewer when
     the blocks read hold fewer spans); a list of questions gives a list of those.
@@ -477,7 +479,9 @@ class OpenQAPipeline(Pipeline):
                 units = [names if asked else "" for names, asked in zip(units, numeric.tolist())]
                 in_units, read_units = self._in_asked_units(spans, with_number, units)
                 demoted = ~in_units & demote[:, None, None]
-                if bool((timely & demote).any()):
+                # not "What time ...?", which asks for a time of day: a reader surer of "14 Elm Road" is wrong
+                clock_asked = asks("asks_what_time", asks_what_time)
+                if bool((timely & demote & ~clock_asked).any()):
                     # A time is often written without a number, or not in the unit asked for ("every Wednesday",
                     # "31 July 2027" for "Until when ...?", which asks for a clock time): where the reader is far surer
                     # of a span of its own than of any the rules put first, its choice stands ("Until when are the
@@ -485,20 +489,26 @@ class OpenQAPipeline(Pipeline):
                     span_logits = spans.span_logits.float().to(demoted.device)
                     own = span_logits.masked_fill(~span_mask, float("-inf")).flatten(1).max(-1).values
                     kept = span_logits.masked_fill(demoted | ~span_mask, float("-inf")).flatten(1).max(-1).values
-                    yields = timely & demote & (own - kept > math.log(TIME_YIELD_RATIO))
+                    yields = timely & demote & ~clock_asked & (own - kept > math.log(TIME_YIELD_RATIO))
                     demoted &= ~yields[:, None, None]
                     number_rows, number_demoted = demote & ~yields, number_demoted & ~yields[:, None, None]
                 # "How much did Tovarra pay for Sorrel Glassworks?" over documents that name no sum: no amount of
                 # money read, so none to give ("twelve glassblowers joined Tovarra" at confidence 0.40 was)
                 # (only where the vocabulary can write such an amount: the demo model's 132 wordpieces cannot); a
                 # share of a price is one too ("How much is the upgrade?" -> "50%")
+                # Likewise a time of day, asked for by "What time ...?" ("Until when ...?" may want a date): "What
+                # time is Tom's appointment?" over blocks holding no time was answered "14 Elm Road" at 0.67.
                 writable = [unit_ids[unit].numel() > 0 for unit in UNITS_NEVER_GUESSED]
                 shares = unit_spans(spans, unit_ids["percent"], continuation_ids, None,
                                     torch.cat([digit_ids, digit_continuation_ids])).to(with_number.device)  # fmt: skip
                 read_shares = (shares & with_number).flatten(1).any(-1).tolist()
-                missing_units = torch.tensor([[not (read or share) and unit in names.split() and can for unit, can in
-                                               zip(UNITS_NEVER_GUESSED, writable)]
-                                              for names, read, share in zip(units, read_units, read_shares)])  # fmt: skip
+                clocked = clock_asked.tolist()
+                missing_units = torch.tensor([
+                    [not read and unit in names.split() and can
+                     and not (unit == "money" and share) and (unit != "clock" or bool(what_time))
+                     for unit, can in zip(UNITS_NEVER_GUESSED, writable)]
+                    for names, read, share, what_time in zip(units, read_units, read_shares, clocked)
+                ])  # fmt: skip
         if prefer_name_answers:
             named = asks("asks_for_a_name", asks_for_a_name) & ~demoted.flatten(1).any(-1)
             if bool(named.any()):
@@ -1095,8 +1105,11 @@ _ASKS_FOR_A_NUMBER = re.compile(
 # ... pay?") where no span read holds one, nor a percentage (`missing_units`). A price is written with its currency;
 # over the document sets an answer to such a question without one was right once ("50%", of an upgrade's price) and
 # otherwise wrong or its question unanswerable (6 of 7, session 28).
-# Durations and times are left out: "How long ...?" -> "a fortnight", "What time ...?" -> "noon" hold no unit.
-UNITS_NEVER_GUESSED = ("money",)
+# A time of day too, where the question asks "What time ...?": of the 148 such questions of the document sets one
+# answer holds no clock time ("half past eight"), and a walkthrough's "What time is Tom Reyes's dentist appointment?"
+# over blocks holding none was answered "14 Elm Road" at 0.67. Durations are left out: "How long ...?" -> "a
+# fortnight" holds no unit.
+UNITS_NEVER_GUESSED = ("money", "clock")
 # How much more probable the reader's own span must be than every span holding a number for a question asking when to
 # keep it (the number rule yields): over the calibration sets' 47 time questions, 100 gained 2 answers and lost none
 # (10 gained 3 and lost "07:48" to "14 days", at 54 times); see docs/default-model.md (session 28).
@@ -1184,6 +1197,7 @@ def _answer_kinds(questions: list[str]) -> dict:
         "asks_for_a_number": torch.tensor([asks_for_a_number(question) for question in questions]),
         "asks_for_a_year": torch.tensor([asks_for_a_year(question) for question in questions]),
         "asks_for_a_time": torch.tensor([asks_for_a_time(question) for question in questions]),
+        "asks_what_time": torch.tensor([asks_what_time(question) for question in questions]),
         "asks_for_a_count": torch.tensor([asks_for_a_count(question) for question in questions]),
         "asks_for_a_name": torch.tensor([asks_for_a_name(question) for question in questions]),
         "asked_type": [asked_type(question) for question in questions],
@@ -1240,6 +1254,12 @@ def asks_for_a_count(question: str) -> bool:
 
 
 _ASKS_FOR_A_COUNT = re.compile(r"^\W*how\s+many\b\s*(\w*)", re.IGNORECASE)
+
+
+def asks_what_time(question: str) -> bool:
+    """Whether a question asks "What time ...?": a time of day, which documents write as one ("9:40 am", "noon"); a
+    calibrated model abstains where no passage read holds one (`missing_units`: `["clock"]`)."""
+    return bool(re.search(r"\bwhat\s+time\b", question, re.IGNORECASE))
 
 
 def asks_for_a_year(question: str) -> bool:
@@ -1818,6 +1838,7 @@ __all__ = [
     "asks_for_a_number",
     "asks_for_a_time",
     "asks_for_a_year",
+    "asks_what_time",
     "cross_sentence_spans",
     "document_frequencies",
     "idf_coverage",

@@ -42,9 +42,11 @@ function renderAnswer(answer) {
   if (answer.abstained === true) {
     const names = Array.isArray(answer.unknown_names) ? answer.unknown_names : [];
     const asker = Array.isArray(answer.about_the_asker) ? answer.about_the_asker : [];
-    const money = Array.isArray(answer.missing_units) && answer.missing_units.includes("money");
+    const missing = Array.isArray(answer.missing_units) ? answer.missing_units : [];
+    const money = missing.includes("money");
+    const clock = missing.includes("clock");
     const label = names.length ? "not in the documents" : asker.length ? "about you" : money ? "no amount found"
-      : "low confidence";
+      : clock ? "no time found" : "low confidence";
     const badge = element("span", "badge low-confidence", label);
     badge.title = names.length
       ? "No document mentions " + names.join(", ") + ": this answer is a guess."
@@ -52,7 +54,9 @@ function renderAnswer(answer) {
         ? "The question asks about you (" + asker.join(", ") + "), and these documents are not about you: this answer is a guess."
         : money
           ? "The question asks for an amount of money, and no passage read holds one: this answer is a guess."
-          : typeof answer.confidence === "number" && typeof answer.threshold === "number"
+          : clock
+            ? "The question asks for a time of day, and no passage read holds one: this answer is a guess."
+            : typeof answer.confidence === "number" && typeof answer.threshold === "number"
           ? "The model's confidence (" + answer.confidence.toFixed(2) + ") is below its abstention threshold (" +
             answer.threshold.toFixed(2) + "): this answer may well be wrong."
           : "The model's confidence is below its abstention threshold: this answer may well be wrong.";
