@@ -1469,8 +1469,8 @@ def amount_spans(
     `digit_continuation_ids`), and holds no digits after a word (`letter_ids`: "5,200 mAh battery lasts about 11 hours"
     is two), and does not stop inside a number: not before digits that continue it (given `digit_continuation_ids`:
     the "£1" of "£12.50", read "£1", "##2", ".", "50") nor, given `separator_ids` ("," and "."), before a separator and
-    digits (the "£1" of "£1,325"). A question asking for a number in a unit is answered with such a span where one
-    holds the unit; see [`unit_spans`]."""
+    digits (the "£1" of "£1,325"), nor, given `colon_ids`, start inside a time (the "40 am" of "9:40 am"). A question
+    asking for a number in a unit is answered with such a span where one holds the unit; see [`unit_spans`]."""
     reader_ids = spans.reader_input_ids  # (B, R, L)
     device = reader_ids.device
     starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
@@ -1503,6 +1503,10 @@ def amount_spans(
     if separator_ids is not None:
         separated = torch.isin(reader_ids[..., 1:-1], separator_ids.to(device)) & digits[..., 2:]
         cut |= torch.nn.functional.pad(separated, (0, 2))
+    if colon_ids is not None:  # nor a time cut after its colon: the "40 am" of "9:40 am"
+        after_digits = torch.nn.functional.pad(digits[..., :-2], (2, 0))
+        cut_before = _preceded(reader_ids, colon_ids) & after_digits
+        amount &= ~cut_before[..., starts]
     return amount & (last_digits < first_word) & ~cut[..., ends]
 
 
