@@ -37,8 +37,7 @@ speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks
 (`index=`, `searcher=`) the rule is off by default: their documents are about them, in whatever person they are
 written ("How much is my deposit?" over a tenancy agreement that says "the tenant"). And it abstains on a question
 asking for an amount of money ("How much did Tovarra pay?") or a time of day ("What time ...?") where no passage read
-holds one (`missing_units`,
-`UNITS_NEVER_GUESSED`; with `prefer_number_answers`, which finds the amounts).
+holds one (`missing_units`, `UNITS_NEVER_GUESSED`; with `prefer_number_answers`, which finds the amounts).
 """
 
 import dataclasses
@@ -134,9 +133,9 @@ class OpenQAPipeline(Pipeline):
       `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
     - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`), or the question
       names something the corpus never mentions (`unknown_names`), or asks about its asker where the corpus cannot
-      say (`about_the_asker`), or for an amount of money or a time of day where no passage read holds one (`missing_units`): the model
-      does not know; `answer` is still its best guess. Always `False` without a calibration, and with a threshold of
-      0.
+      say (`about_the_asker`), or for an amount of money or a time of day where no passage read holds one
+      (`missing_units`): the model does not know; `answer` is still its best guess. Always `False` without a
+      calibration, and with a threshold of 0.
     - `threshold` (`float` or `None`): the confidence below which this answer is abstained on: the calibration's
       (its documents threshold over a user's own index), or `abstention_threshold`; `None` without a calibration.
     - `unknown_names` (`list[str]`): the question's names (capitalised words after its first) that no block of the
@@ -1100,7 +1099,6 @@ _ASKS_FOR_A_NUMBER = re.compile(
     rf"|{_ASKS_FOR_A_TIME}|{_ASKS_FOR_A_PHONE}",
     re.IGNORECASE,
 )
-# The units a number may be asked in, as whole words of an uncased vocabulary.
 # The units whose absence makes a calibrated model abstain: a question asking for an amount of money ("How much did
 # ... pay?") where no span read holds one, nor a percentage (`missing_units`). A price is written with its currency;
 # over the document sets an answer to such a question without one was right once ("50%", of an upgrade's price) and
@@ -1114,6 +1112,7 @@ UNITS_NEVER_GUESSED = ("money", "clock")
 # keep it (the number rule yields): over the calibration sets' 47 time questions, 100 gained 2 answers and lost none
 # (10 gained 3 and lost "07:48" to "14 days", at 54 times); see docs/default-model.md (session 28).
 TIME_YIELD_RATIO = 100.0
+# The units a number may be asked in, as whole words of an uncased vocabulary.
 UNIT_WORDS = {
     "duration": frozenset("second seconds minute minutes min mins hour hours hr hrs day days week weeks month months "
                           "year years decade decades century centuries".split()),
@@ -1441,8 +1440,9 @@ def money_spans(
         return held
     number = torch.isin(reader_ids, number_ids.to(device))
     signed = torch.isin(reader_ids, continuation_ids.to(device)) & _preceded(reader_ids, sign_ids)
-    following = torch.nn.functional.pad(torch.isin(reader_ids[..., 1:], money_ids.to(device)), (0, 1))
-    amount = signed | (number & following) | torch.isin(reader_ids, money_ids.to(device))
+    money = torch.isin(reader_ids, money_ids.to(device))
+    following = torch.nn.functional.pad(money[..., 1:], (0, 1))  # the next wordpiece is a unit of money
+    amount = signed | (number & following) | money
     if separator_ids is not None:  # forward only: "2019, 45 euros" reads like "2,045 euros" backwards
         separated = _preceded(reader_ids, separator_ids)
         for _ in range(3):  # "£1,325,000.50": each group of digits after the one before
