@@ -474,6 +474,8 @@ class Answered(NamedTuple):
 def gather(rows_by_source: dict[str, list[dict]], results_by_source: dict[str, list[dict]]) -> Answered:
     """The questions of every source (`{source: rows}`) and their answers (`{source: results}`, [`read`]; rows past
     the results are left out) as one [`Answered`]."""
+    from realm_hf.pipelines.open_qa import abstains_whatever_the_confidence
+
     features, correct, answerable, sources, unknown = [], [], [], [], []
     for source, rows in rows_by_source.items():
         results = results_by_source[source]
@@ -482,8 +484,7 @@ def gather(rows_by_source: dict[str, list[dict]], results_by_source: dict[str, l
         correct += _correct(results, rows)
         answerable += [bool(row["answers"]) for row in rows]
         sources += [source] * len(rows)
-        unknown += [bool(result["unknown_names"] or result.get("about_the_asker") or result.get("missing_units"))
-                    for result in results]  # fmt: skip
+        unknown += [abstains_whatever_the_confidence(result) for result in results]
     return Answered(torch.tensor(features), torch.tensor(correct), torch.tensor(answerable), sources,
                     torch.tensor(unknown))  # fmt: skip
 

@@ -56,9 +56,11 @@ def test_ask_json_returns_the_evidence_block(demo_dir, capsys):
             "unknown_names",
             "about_the_asker",
             "missing_units",
+            "yes_or_no",
         }
         assert line["confidence"] is None and line["abstained"] is False  # no calibration.json: never abstains
         assert line["unknown_names"] == [] and line["about_the_asker"] == [] and line["missing_units"] == []
+        assert line["yes_or_no"] is False
         assert line["evidence"] == retriever.block_records[line["block_id"]].decode()
         # the answer as written in the evidence, original case included
         assert line["evidence"][line["start"] : line["end"]] == line["answer"] != ""
@@ -380,3 +382,9 @@ def test_ask_says_why_it_is_not_sure_of_an_amount_of_money(capsys):
     assert "   the question asks for an amount of money, and no passage read holds one" in out
     _print_answers([{**result, "missing_units": ["clock"]}], as_json=False)
     assert "   the question asks for a time of day, and no passage read holds one" in capsys.readouterr().out
+    _print_answers([{**result, "missing_units": ["temperature"]}], as_json=False)
+    assert "   the question asks for a temperature, and no passage read holds one" in capsys.readouterr().out
+    _print_answers([{**result, "missing_units": [], "yes_or_no": True}], as_json=False)
+    assert "   the question asks for a yes or a no; answers here are words of the passages: read the evidence" in (
+        capsys.readouterr().out
+    )

@@ -38,7 +38,7 @@ QUESTIONS = [
 ]
 ANSWER_KEYS = {
     "answer", "score", "start", "end", "block_id", "title", "source", "evidence", "confidence", "abstained",
-    "threshold", "unknown_names", "about_the_asker", "missing_units",
+    "threshold", "unknown_names", "about_the_asker", "missing_units", "yes_or_no",
 }  # fmt: skip
 
 
@@ -745,6 +745,9 @@ def test_asks_for_a_number(question, asks):
      ("What percentage of my salary goes into the pension?", ("percent",)), ("What time does the bus leave?", ("clock",)),
      ("Until when is lunch served?", ("clock",)), ("How late can I stay on a Friday?", ("clock",)),
      ("How much is the junior membership?", ("money",)), ("How much are the tickets?", ("money",)),
+     ("What is the boiling point of water?", ("temperature",)), ("How hot is the surface of the Sun?", ("temperature",)),
+     ("which temperatures do the eggs need to be stored between", ("temperature",)),
+     ("What is the highest point in Kenya?", ()),
      # a date, or words that name something rather than ask a price
      ("From when does the lamp cost 149 euros?", ()), ("In what year did the price rise?", ()),
      ("Who is in charge of support?", ()), ("What is the ability of a body to store an electrical charge?", ()),
@@ -1126,6 +1129,18 @@ def test_unknown_names_are_capitalised_question_words_no_block_holds():
     assert unknown_names("Where will the 2930 games be held?", counts) == []
     assert unknown_names("Who was the king of Spain in 1650?", counts) == []
     assert unknown_names("What is 12,950 divided by 5?", counts) == []
+    # a name and its number that no block holds together: a model the catalogue does not have
+    counts, _ = document_frequencies(
+        ["The Wren 3 lamp costs 89 euros.", "Apollo 11 landed in 1969.", "Room 12a.", "A song for Wren."]
+    )
+    assert unknown_names("How much does the Wren 4 cost?", counts) == ["Wren 4"]
+    assert unknown_names("How much does the Wren 3 cost?", counts) == []
+    assert unknown_names("Who flew Apollo 11, and is the Wren-3 dimmable?", counts) == []
+    assert unknown_names("Where is Room 12A?", counts) == []  # the corpus' case does not matter
+    assert unknown_names("How much does the Zanzanryx 4 cost?", counts) == ["Zanzanryx"]  # the name is unknown
+    assert unknown_names("Which lamp was sold in Wren 1969?", counts) == []  # a year is no model number
+    assert unknown_names('Who wrote "The Song of Wren 4"?', counts) == []  # a quoted title numbers what it likes
+    assert unknown_names("Who wrote “The Song of Wren 4”?", counts) == []
 
 
 def test_questions_about_the_asker_are_told_from_questions_about_the_world():
@@ -1172,7 +1187,7 @@ def test_a_stores_word_counts_are_kept_on_disk_and_read_back(tmp_path, monkeypat
                                             "Arc: Joan of Arc, the Maid of Orleans."])  # fmt: skip
     assert module.stored_document_frequencies(records) == expected
     (written,) = (tmp_path / "home" / "word_counts").iterdir()
-    assert written.name == f"{store.fingerprint()}-titles.json"
+    assert written.name == f"{store.fingerprint()}-titles-numbered.json"
     with monkeypatch.context() as patched:
         patched.setattr(module, "document_frequencies", lambda texts: pytest.fail("counted again instead of read"))
         assert module.stored_document_frequencies(records) == expected
@@ -1274,6 +1289,71 @@ def test_a_question_asking_what_time_where_no_time_is_read_is_abstained_on(tmp_p
         qa = _random_open_qa(tokenizer, [text.encode() for text in timed], max_span_width=10, seed=seed)
         answer = qa(question, calibration=calibration)
         assert "9:40" in answer["answer"] and answer["missing_units"] == [] and answer["abstained"] is False, seed
+
+
+def test_a_question_asking_for_a_temperature_where_none_is_read_is_abstained_on(tmp_path):
+    """ "What is the freezing point of water?" was answered "Frost" at a confidence of 0.99: where no span read holds a
+    temperature a calibrated model abstains; where one is read it is the answer."""
+    calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
+    cold = ["Frost is a layer of ice that forms from water vapor on cold nights."]
+    measured = ["Water freezes at 0 °C and frost forms on cold nights."]
+    question = "What is the freezing point of water?"
+    words = {word for text in [*cold, *measured, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
+    words = sorted(words - set(RETRIEVAL_TEST_VOCAB) | {"°c"})  # "°c": a BERT vocabulary's word for "°C"
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
+    for seed in range(3):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in cold], max_span_width=10, seed=seed)
+        answer = qa(question, calibration=calibration)
+        assert answer["missing_units"] == ["temperature"] and answer["abstained"] is True, seed
+        qa = _random_open_qa(tokenizer, [text.encode() for text in measured], max_span_width=10, seed=seed)
+        answer = qa(question, calibration=calibration)
+        assert "°" in answer["answer"] and answer["missing_units"] == [] and answer["abstained"] is False, seed
+
+
+@pytest.mark.parametrize(
+    ("question", "yes_or_no"),
+    [
+        ("Did I already pay the deposit?", True),
+        ("has our kitchen balance payment gone through yet?", True),
+        ("Is there a discount if I pay for the whole year up front", True),
+        ("Won't the shop open on Sunday?", True),
+        ("did the pub already send us the £100 deposit or not", True),  # "or not" offers no choice
+        ("Is Paris the capital of France?", True),
+        ("Do I have to pay to join the choir? How much is it for the year?", False),  # asks an amount besides
+        ("can I just turn up to look round the house without booking, and when", False),
+        ("Is the meeting on Monday or Tuesday?", False),  # a choice: one of them is a span
+        ("Can you tell me the price of the Wren 3?", False),  # asks politely for a price
+        ("Do you know the wifi password?", False),
+        ("What is the capital of France?", False),
+        ("Where did I park?", False),
+        ("Issues of the magazine: how many were printed?", False),  # "Issues", not "Is"
+    ],
+)
+def test_asks_yes_or_no(question, yes_or_no):
+    from realm_hf.pipelines.open_qa import asks_yes_or_no
+
+    assert asks_yes_or_no(question) is yes_or_no
+
+
+def test_a_question_asking_for_a_yes_or_a_no_is_abstained_on(open_qa):
+    """ "did we already pay the vet bill from lambing time" was answered "28 days" at a confidence over the threshold:
+    the reader gives words of a passage, never a yes or a no, so a calibrated model abstains and shows what it read."""
+    from realm_hf.pipelines.open_qa import abstains_whatever_the_confidence
+
+    calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
+    asked = open_qa("Is Paris the capital of France?", calibration=calibration)
+    assert asked["yes_or_no"] is True and asked["abstained"] is True and asked["confidence"] > 0.5
+    assert asked["answer"] == open_qa("Is Paris the capital of France?")["answer"]  # still the best guess
+    assert open_qa("Is Paris the capital of France?")["abstained"] is False  # no calibration, no abstaining
+    assert (
+        open_qa("Is Paris the capital of France?", calibration=calibration, abstention_threshold=0)["abstained"]
+        is False
+    )
+    plain = open_qa("What is the capital of France?", calibration=calibration)
+    assert plain["yes_or_no"] is False and plain["abstained"] is False
+    batch = open_qa(["Is Paris the capital of France?", "What is the capital of France?"], calibration=calibration)
+    assert [answer["yes_or_no"] for answer in batch] == [True, False]
+    assert abstains_whatever_the_confidence(asked) and not abstains_whatever_the_confidence(plain)
 
 
 def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):

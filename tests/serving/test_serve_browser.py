@@ -146,3 +146,32 @@ def test_an_empty_question_shows_a_message_on_the_page(browser, tiny_open_qa):
         assert status.text == "the question is empty: type a question."
         assert "error" in status.get_attribute("class").split()
         assert browser.find_elements(By.CSS_SELECTOR, "#results article") == []  # the old answers are cleared
+
+
+def test_each_reason_to_abstain_has_its_badge(browser, tiny_open_qa):
+    """The reasons the pipeline gives beside `abstained` (`missing_units`, `yes_or_no`) each name themselves on the
+    badge, and its tooltip says why."""
+    answerer = PipelineAnswerer(tiny_open_qa)
+    reasons = {1: {"missing_units": ["temperature"]}, 2: {"yes_or_no": True}, 3: {"missing_units": ["clock"]},
+               4: {"missing_units": ["money"]}}  # fmt: skip
+
+    def answer_fn(questions, top_k):
+        return [[{**answer, "abstained": True, **reasons[answer["rank"]]} for answer in answers]
+                for answers in answerer(questions, top_k)]  # fmt: skip
+
+    with live_server(create_app(answer_fn)) as url:
+        browser.get(url)
+        _submit(browser, QUESTION, top_k=4)
+        wait = WebDriverWait(browser, WAIT_SECONDS)
+        wait.until(expected_conditions.presence_of_all_elements_located((By.CSS_SELECTOR, "#results article.answer")))
+        wait.until(lambda driver: driver.find_element(By.ID, "ask").is_enabled())
+        badges = browser.find_elements(By.CSS_SELECTOR, "#results article.answer .badge.low-confidence")
+        assert [badge.text for badge in badges] == [
+            "no temperature found",
+            "yes-or-no question",
+            "no time found",
+            "no amount found",
+        ]
+        assert "asks for a temperature, and no passage read holds one" in badges[0].get_attribute("title")
+        assert "asks for a yes or a no" in badges[1].get_attribute("title")
+        assert "asks for an amount of money" in badges[3].get_attribute("title")

@@ -38,7 +38,7 @@ def cmd_calibrate(args) -> int:
     from realm_hf.evaluation.calibration import CALIBRATION_FEATURES, choose_threshold, fit_calibration
     from realm_hf.evaluation.metrics import exact_match
     from realm_hf.loading import load_open_qa
-    from realm_hf.pipelines.open_qa import answers_with_features
+    from realm_hf.pipelines.open_qa import abstains_whatever_the_confidence, answers_with_features
 
     from .evaluate import read_questions
 
@@ -78,9 +78,8 @@ def cmd_calibrate(args) -> int:
                          "fitting a confidence needs at least 2 right and 2 wrong (or unanswerable) ones")  # fmt: skip
     calibration = fit_calibration(features, correct, args.features)
     # abstained whatever the confidence: names no block holds, questions about the asker the corpus cannot answer,
-    # amounts of money asked for where none was read
-    unknown = torch.tensor([bool(result["unknown_names"] or result["about_the_asker"] or result["missing_units"])
-                            for result in results])  # fmt: skip
+    # amounts of money asked for where none was read, yes-or-no questions
+    unknown = torch.tensor([abstains_whatever_the_confidence(result) for result in results])
     confidences = calibration.confidence(features).masked_fill(unknown, 0.0)
     calibration.threshold, rates = choose_threshold(confidences, correct, answerable, args.max_correct_abstained)
     calibration.metadata.update({

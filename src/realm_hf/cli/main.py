@@ -69,8 +69,8 @@ def answer_questions(
     `calibration.json`), `abstained` (the model does not know; `answer` is still its best guess), `unknown_names`
     (the question's names that no document mentions), `about_the_asker` (its words asking about the asker, "my",
     where the documents never speak to or as a person) and `missing_units` (`["money"]` where it asks for an amount
-    of money and no passage read holds one, `["clock"]` for a time of day): each alone makes a calibrated model
-    abstain. A question that cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its
+    of money and no passage read holds one, `["clock"]` for a time of day) and `yes_or_no` (the question asks for a
+    yes or a no, which no passage's words are): each alone makes a calibrated model abstain. A question that cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its
     place instead, and the others are answered.
     """
     from transformers import pipeline
@@ -111,6 +111,7 @@ def answer_questions(
                     "unknown_names": list(answer.get("unknown_names", [])),
                     "about_the_asker": list(answer.get("about_the_asker", [])),
                     "missing_units": list(answer.get("missing_units", [])),
+                    "yes_or_no": bool(answer.get("yes_or_no", False)),
                 }
             )
     return results
@@ -154,13 +155,17 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
             unknown += (
                 f"   the question asks for {MISSING_UNIT_WORDS.get(unit, unit)}, and no passage read holds one\n"
             )
+        if result.get("yes_or_no"):
+            unknown += (
+                "   the question asks for a yes or a no; answers here are words of the passages: read the evidence\n"
+            )
         print(f"A{result['rank'] if result['rank'] > 1 else ''}: {unsure}{_printable(result['answer'])}  ({score})\n"
               f"{unknown}   evidence [block {result['block_id']}{_printable(title)}]: "
               f"{_marked_evidence(result)}\n")  # fmt: skip
 
 
 # What `ask` calls each unit of `missing_units` (realm_hf.pipelines.open_qa.UNITS_NEVER_GUESSED).
-MISSING_UNIT_WORDS = {"money": "an amount of money", "clock": "a time of day"}
+MISSING_UNIT_WORDS = {"money": "an amount of money", "clock": "a time of day", "temperature": "a temperature"}
 
 
 def _marked_evidence(result: dict) -> str:

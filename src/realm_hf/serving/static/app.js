@@ -32,6 +32,32 @@ function highlightedEvidence(evidence, start, end) {
   return paragraph;
 }
 
+// Why the model is not sure of an answer: a short label for its badge and a sentence for the badge's tooltip.
+function abstentionReason(answer) {
+  const names = Array.isArray(answer.unknown_names) ? answer.unknown_names : [];
+  const asker = Array.isArray(answer.about_the_asker) ? answer.about_the_asker : [];
+  const missing = Array.isArray(answer.missing_units) ? answer.missing_units : [];
+  const guess = ": this answer is a guess.";
+  if (names.length) return ["not in the documents", "No document mentions " + names.join(", ") + guess];
+  if (asker.length) {
+    return ["about you", "The question asks about you (" + asker.join(", ") + "), and these documents are not about you" + guess];
+  }
+  const units = {money: ["no amount found", "an amount of money"], clock: ["no time found", "a time of day"],
+    temperature: ["no temperature found", "a temperature"]};
+  for (const unit of missing) {
+    const [label, words] = units[unit] || ["no " + unit + " found", unit];
+    return [label, "The question asks for " + words + ", and no passage read holds one" + guess];
+  }
+  if (answer.yes_or_no === true) {
+    return ["yes-or-no question", "The question asks for a yes or a no; answers here are words of the passages: read the evidence."];
+  }
+  if (typeof answer.confidence === "number" && typeof answer.threshold === "number") {
+    return ["low confidence", "The model's confidence (" + answer.confidence.toFixed(2) + ") is below its abstention threshold (" +
+      answer.threshold.toFixed(2) + "): this answer may well be wrong."];
+  }
+  return ["low confidence", "The model's confidence is below its abstention threshold: this answer may well be wrong."];
+}
+
 function renderAnswer(answer) {
   const article = element("article", "answer");
   article.dataset.rank = answer.rank;
@@ -40,26 +66,9 @@ function renderAnswer(answer) {
   head.append(element("strong", "answer-text", answer.answer || "(no answer)"));
   if (typeof answer.score === "number") head.append(element("span", "score", "score " + answer.score.toFixed(3)));
   if (answer.abstained === true) {
-    const names = Array.isArray(answer.unknown_names) ? answer.unknown_names : [];
-    const asker = Array.isArray(answer.about_the_asker) ? answer.about_the_asker : [];
-    const missing = Array.isArray(answer.missing_units) ? answer.missing_units : [];
-    const money = missing.includes("money");
-    const clock = missing.includes("clock");
-    const label = names.length ? "not in the documents" : asker.length ? "about you" : money ? "no amount found"
-      : clock ? "no time found" : "low confidence";
+    const [label, why] = abstentionReason(answer);
     const badge = element("span", "badge low-confidence", label);
-    badge.title = names.length
-      ? "No document mentions " + names.join(", ") + ": this answer is a guess."
-      : asker.length
-        ? "The question asks about you (" + asker.join(", ") + "), and these documents are not about you: this answer is a guess."
-        : money
-          ? "The question asks for an amount of money, and no passage read holds one: this answer is a guess."
-          : clock
-            ? "The question asks for a time of day, and no passage read holds one: this answer is a guess."
-            : typeof answer.confidence === "number" && typeof answer.threshold === "number"
-          ? "The model's confidence (" + answer.confidence.toFixed(2) + ") is below its abstention threshold (" +
-            answer.threshold.toFixed(2) + "): this answer may well be wrong."
-          : "The model's confidence is below its abstention threshold: this answer may well be wrong.";
+    badge.title = why;
     head.append(badge);
   }
   article.append(head);
