@@ -1296,18 +1296,21 @@ def test_a_question_asking_for_a_temperature_where_none_is_read_is_abstained_on(
     temperature a calibrated model abstains; where one is read it is the answer."""
     calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
     cold = ["Frost is a layer of ice that forms from water vapor on cold nights."]
-    measured = ["Water freezes at 0 °C and frost forms on cold nights."]
+    measured = ["Water freezes at 0 °C and frost forms on cold nights.", "Water freezes at 0°C and frost forms."]
     question = "What is the freezing point of water?"
     words = {word for text in [*cold, *measured, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())}
-    words = sorted(words - set(RETRIEVAL_TEST_VOCAB) | {"°c"})  # "°c": a BERT vocabulary's word for "°C"
+    # a BERT vocabulary's wordpieces for "°C" and "0°C" ("0", "##°", "##c")
+    words = sorted(words - set(RETRIEVAL_TEST_VOCAB) | {"°c", "##°", "##c"})
     tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
     for seed in range(3):  # whatever the reader's own order
         qa = _random_open_qa(tokenizer, [text.encode() for text in cold], max_span_width=10, seed=seed)
         answer = qa(question, calibration=calibration)
         assert answer["missing_units"] == ["temperature"] and answer["abstained"] is True, seed
-        qa = _random_open_qa(tokenizer, [text.encode() for text in measured], max_span_width=10, seed=seed)
-        answer = qa(question, calibration=calibration)
-        assert "°" in answer["answer"] and answer["missing_units"] == [] and answer["abstained"] is False, seed
+        for text in measured:
+            qa = _random_open_qa(tokenizer, [text.encode()], max_span_width=10, seed=seed)
+            answer = qa(question, calibration=calibration)
+            assert answer["missing_units"] == [] and answer["abstained"] is False, seed
+            assert "0°C" in answer["answer"].replace(" ", ""), (seed, answer["answer"])  # not the "0°" of "0°C"
 
 
 @pytest.mark.parametrize(

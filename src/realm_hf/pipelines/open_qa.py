@@ -596,7 +596,8 @@ class OpenQAPipeline(Pipeline):
         of [`asked_units`], joined by spaces; `""` for none), to the spans that also hold the unit ([`unit_spans`])
         and, of those, to the amounts alone ([`amount_spans`]: "11 hours", not "battery lasts about 11 hours on"),
         where any span is; and, for each question, whether some span read holds a number in its unit (`True` where
-        it asks for none). A span never ends on a time's ":" ("09:30", not "09:")."""
+        it asks for none). A span never ends on a time's ":" ("09:30", not "09:") nor inside a word ("9°C", not
+        "9°")."""
         found = [not names for names in units]
         if not any(units):
             return with_number, found
@@ -604,14 +605,19 @@ class OpenQAPipeline(Pipeline):
         unit_ids, letter_ids = self._unit_ids(), self._code_ids()[1]
         reader_ids = spans.reader_input_ids
         last = reader_ids[..., spans.candidate_ends.to(reader_ids.device)]  # (B, R, N)
-        ends_on_colon = torch.isin(last, unit_ids["colon"].to(reader_ids.device)).to(with_number.device)
+        # cut short: on a time's colon ("09:"), or inside a word (the "9°" of "9°C": "9", "##°", "##c")
+        cut = torch.isin(last, unit_ids["colon"].to(reader_ids.device))
+        cut |= _continued(reader_ids, continuation_ids)[..., spans.candidate_ends.to(reader_ids.device)]
+        cut = cut.to(with_number.device)
         narrowed = with_number.clone()
         for names in set(units) - {""}:  # each kind of unit once, for the whole batch
             ids = torch.cat([unit_ids[name] for name in names.split()])
+            # a sign is a unit whatever follows: "€" of "€45" ("€", "##45"), "°" of "9°C" ("9", "##°", "##c")
+            signs = torch.cat([unit_ids["sign"], unit_ids["degree"]])
             in_unit = unit_spans(
-                spans, ids, continuation_ids, unit_ids["sign"], torch.cat([digit_ids, digit_continuation_ids])
+                spans, ids, continuation_ids, signs, torch.cat([digit_ids, digit_continuation_ids])
             ).to(with_number.device)
-            in_unit &= with_number & ~ends_on_colon
+            in_unit &= with_number & ~cut
             ends = ids[~torch.isin(ids, unit_ids["colon"])]
             amounts = amount_spans(spans, digit_ids, word_ids, ends, unit_ids["money"], letter_ids,
                                    digit_continuation_ids, unit_ids["colon"], unit_ids["separator"])  # fmt: skip
@@ -750,7 +756,7 @@ class OpenQAPipeline(Pipeline):
         """The wordpiece ids of each kind of unit in `UNIT_WORDS` that the vocabulary has, as a word ("am") or as a
         continuation written onto a number ("##am" of "7am", "##km" of "5km"; [`unit_spans`] reads those only after
         digits), and a currency sign with its digits as one wordpiece ("£1" of "£1,325") as money and as a sign; also
-        the colon, the currency signs and the separators of a number ("," and ".") (cached)."""
+        the colon, the currency signs, the degree sign and the separators of a number ("," and ".") (cached)."""
         ids = getattr(self, "_cached_unit_ids", None)
         if ids is None:
             vocab = self.tokenizer.get_vocab()
@@ -759,7 +765,7 @@ class OpenQAPipeline(Pipeline):
                 name: torch.tensor(sorted({vocab[piece] for word in words for piece in (word, f"##{word}")
                                            if piece in vocab} | set(signed if name in ("money", "sign") else ())),
                                    dtype=torch.long)
-                for name, words in {**UNIT_WORDS, "colon": [":"], "sign": CURRENCY_SIGNS,
+                for name, words in {**UNIT_WORDS, "colon": [":"], "sign": CURRENCY_SIGNS, "degree": ["°"],
                                     "separator": [",", "."]}.items()
             }  # fmt: skip
         return ids
