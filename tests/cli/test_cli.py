@@ -384,6 +384,8 @@ def test_ask_says_why_it_is_not_sure_of_an_amount_of_money(capsys):
     assert "   the question asks for a time of day, and no passage read holds one" in capsys.readouterr().out
     _print_answers([{**result, "missing_units": ["temperature"]}], as_json=False)
     assert "   the question asks for a temperature, and no passage read holds one" in capsys.readouterr().out
+    _print_answers([{**result, "missing_units": ["email"]}], as_json=False)
+    assert "   the question asks for an email address, and no passage read holds one" in capsys.readouterr().out
     _print_answers([{**result, "missing_units": [], "yes_or_no": True}], as_json=False)
     assert "   the question asks for a yes or a no; answers here are words of the passages: read the evidence" in (
         capsys.readouterr().out

@@ -343,21 +343,23 @@ def test_unbalanced_spans_matches_a_brute_force_count():
 
 def test_cross_sentence_spans_matches_a_brute_force_count():
     generator = torch.Generator().manual_seed(0)
-    # 1 ".", 2 "?", 3 an abbreviation ("st"), 4 a digit wordpiece, 5-7 words
+    # 1 ".", 2 "?", 3 an abbreviation ("st"), 4 a digit wordpiece, 5 a part of an address ("uk"), 6-7 words
     reader_ids = torch.randint(1, 8, (2, 3, 14), generator=generator)
     starts = torch.tensor([p for width in range(5) for p in range(14 - width)])
     ends = torch.tensor([p + width for width in range(5) for p in range(14 - width)])
     spans = SimpleNamespace(reader_input_ids=reader_ids, candidate_starts=starts, candidate_ends=ends)
-    found = cross_sentence_spans(spans, torch.tensor([1, 2]), torch.tensor([3]), torch.tensor([4]))
-    assert found.shape == (2, 3, len(starts))
-    for b in range(2):
-        for r in range(3):
-            row = reader_ids[b, r].tolist()
-            for n, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
-                expected = any(row[p] in (1, 2) and not (p > 0 and row[p - 1] == 3) and not (p + 1 < 14 and
-                               row[p + 1] == 4) for p in range(start, end))  # fmt: skip
-                assert bool(found[b, r, n]) == expected, (b, r, row[start : end + 1])
-    assert found.any() and not found.all()
+    for domains in (None, torch.tensor([5])):
+        found = cross_sentence_spans(spans, torch.tensor([1, 2]), torch.tensor([3]), torch.tensor([4]), domains)
+        assert found.shape == (2, 3, len(starts))
+        before = (4,) if domains is None else (4, 5)  # what a sentence end is never before
+        for b in range(2):
+            for r in range(3):
+                row = reader_ids[b, r].tolist()
+                for n, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+                    expected = any(row[p] in (1, 2) and not (p > 0 and row[p - 1] == 3) and not (p + 1 < 14 and
+                                   row[p + 1] in before) for p in range(start, end))  # fmt: skip
+                    assert bool(found[b, r, n]) == expected, (b, r, row[start : end + 1])
+        assert found.any() and not found.all()
     assert not cross_sentence_spans(
         spans, torch.tensor([], dtype=torch.long), torch.tensor([3]), torch.tensor([4])
     ).any()
@@ -1357,6 +1359,44 @@ def test_a_question_asking_for_a_yes_or_a_no_is_abstained_on(open_qa):
     batch = open_qa(["Is Paris the capital of France?", "What is the capital of France?"], calibration=calibration)
     assert [answer["yes_or_no"] for answer in batch] == [True, False]
     assert abstains_whatever_the_confidence(asked) and not abstains_whatever_the_confidence(plain)
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [("What's the accountant's email address?", True), ("what's Ms Nettleford's e-mail address", True),
+     ("What email do I send photos of the damage to?", True), ("When do they send that storage summary email?", False),
+     ("how many email inboxes can I set up on this plan", False), ("who do I e-mail about my invoice", False)],
+)  # fmt: skip
+def test_asks_for_an_email_address(question, asks):
+    from realm_hf.pipelines.open_qa import asks_for_an_email_address
+
+    assert asks_for_an_email_address(question) is asks
+
+
+def test_a_question_asking_for_an_email_address_gets_a_whole_one_or_none(tmp_path):
+    """ "what's the accountant's email address?" over a letter that gives none was answered "Yours sincerely" over the
+    threshold: where no span read holds an "@" a calibrated model abstains; where one does it is the answer, the whole
+    address even where it is wider than the reader's widest span."""
+    calibration = _calibration("log_span_probability", weight=0.0, bias=5.0, threshold=0.5)  # confidence 0.993
+    unaddressed = ["Yours sincerely, Ada Brook, accountant, Tovarra."]
+    addressed = ["Write to Ada Brook, accountant, at ada.brook@tovarra-accounts.co.uk for your tax return."]
+    question = "What's the accountant's email address?"
+    words = {
+        word for text in [*unaddressed, *addressed, question] for word in re.findall(r"\w+|[^\w\s]", text.lower())
+    }
+    tokenizer = RealmTokenizer(
+        str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + sorted(words - set(RETRIEVAL_TEST_VOCAB))))
+    )
+    for seed in range(3):  # whatever the reader's own order
+        qa = _random_open_qa(tokenizer, [text.encode() for text in unaddressed], max_span_width=6, seed=seed)
+        answer = qa(question, calibration=calibration)
+        assert answer["missing_units"] == ["email"] and answer["abstained"] is True, seed
+        qa = _random_open_qa(tokenizer, [text.encode() for text in addressed], max_span_width=6, seed=seed)
+        answer = qa(question, calibration=calibration)
+        # 13 wordpieces, wider than any span the reader reads: widened to the whole address
+        assert answer["answer"] == "ada.brook@tovarra-accounts.co.uk", seed
+        assert answer["evidence"][answer["start"] : answer["end"]] == answer["answer"]
+        assert answer["missing_units"] == [] and answer["abstained"] is False, seed
 
 
 def test_a_question_naming_what_no_block_holds_is_abstained_on(open_qa):

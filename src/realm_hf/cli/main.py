@@ -165,7 +165,12 @@ def _print_answers(results: list[dict], as_json: bool) -> None:
 
 
 # What `ask` calls each unit of `missing_units` (realm_hf.pipelines.open_qa.UNITS_NEVER_GUESSED).
-MISSING_UNIT_WORDS = {"money": "an amount of money", "clock": "a time of day", "temperature": "a temperature"}
+MISSING_UNIT_WORDS = {
+    "money": "an amount of money",
+    "clock": "a time of day",
+    "temperature": "a temperature",
+    "email": "an email address",
+}
 
 
 def _marked_evidence(result: dict) -> str:

@@ -43,7 +43,7 @@ function abstentionReason(answer) {
     return ["about you", "The question asks about you (" + asker.join(", ") + "), and these documents are not about you" + guess];
   }
   const units = {money: ["no amount found", "an amount of money"], clock: ["no time found", "a time of day"],
-    temperature: ["no temperature found", "a temperature"]};
+    temperature: ["no temperature found", "a temperature"], email: ["no email address found", "an email address"]};
   for (const unit of missing) {
     const [label, words] = units[unit] || ["no " + unit + " found", unit];
     return [label, "The question asks for " + words + ", and no passage read holds one" + guess];
