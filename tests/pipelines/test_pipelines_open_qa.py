@@ -378,6 +378,23 @@ def test_answers_never_run_on_past_a_sentence_end(tmp_path):
     assert not any(". t" in answer or "? f" in answer for answer in kept)
 
 
+def test_answers_never_hold_a_letters_greeting_or_closing(tmp_path):
+    """ "When does Lena Okafor's membership start?" over a gym's letter was answered "Dear Ms. Lena Okafor": spans
+    holding "dear", "sincerely", "faithfully" or "regards" are left out where any other is left."""
+    words = [word for word in [".", ",", "dear", "ms", "yours", "sincerely"] if word not in RETRIEVAL_TEST_VOCAB]
+    tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + words)))
+    texts = [b"dear ms. first, this is the record", b"yours sincerely, second test"]
+    open_qa = _random_open_qa(tokenizer, texts, max_span_width=4)
+    every = {answer["answer"] for answer in open_qa("test question", top_k=10**6, exclude_salutations=False)}
+    kept = {answer["answer"] for answer in open_qa("test question", top_k=10**6)}
+    assert {"dear ms. first", "dear", "yours sincerely", "sincerely, second"} <= every - kept
+    assert kept and not any("dear" in answer or "sincerely" in answer for answer in kept)
+    assert {"ms. first", "yours", "second test"} <= kept
+    # a block of nothing but greeting: some answer beats none
+    only = _random_open_qa(tokenizer, [b"dear ms"], max_span_width=2)
+    assert only("test question")["answer"] != ""
+
+
 def test_answers_never_hold_unpaired_brackets(tmp_path):
     tokenizer = RealmTokenizer(str(write_vocab(tmp_path / "vocab", RETRIEVAL_TEST_VOCAB + ["(", ")"])))
     texts = [b"the first record (this is low) want", b"( second ) test ( runn )", b"third ( fourth ( fifth ) ) record"]

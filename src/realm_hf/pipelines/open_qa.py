@@ -18,7 +18,8 @@ A span whose wordpieces all stand in the question ("Who wrote Hamlet?" -> "Hamle
 are left out before the best ones are chosen, and `score` is renormalised over the rest (`exclude_question_spans=False`
 keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracket it does not close ("The Four Seasons
 (Vivaldi"; `exclude_unbalanced_spans=False` keeps those), or one that runs on past the end of a sentence ("4 weeks.
-After that, clothing"; `exclude_cross_sentence_spans=False`). A question that asks for a number ("How many ...", "How long
+After that, clothing"; `exclude_cross_sentence_spans=False`), or one holding a letter's greeting or closing ("Dear Ms.
+Lena Okafor", "Yours sincerely"; [`salutation_spans`], `exclude_salutations=False`). A question that asks for a number ("How many ...", "How long
 ...", "In what year ...") is answered with a span that holds one where the blocks read have one, and a year with a span
 that is one number ("1912", not "15 April 1912"): such spans are ranked first, each with its own probability
 ([`number_spans`], [`whole_number_spans`]; `prefer_number_answers=False` turns it off). Likewise a question that asks
@@ -99,6 +100,8 @@ class OpenQAPipeline(Pipeline):
             do not pair up (see [`unbalanced_spans`]); a call may override it.
         exclude_cross_sentence_spans (`bool`, *optional*, defaults to `True`): leave out candidate spans that run on
             past the end of a sentence (see [`cross_sentence_spans`]); a call may override it.
+        exclude_salutations (`bool`, *optional*, defaults to `True`): leave out candidate spans holding a letter's
+            greeting or closing (see [`salutation_spans`]); a call may override it.
         abstain_on_unknown_names (`bool`, *optional*, defaults to `True`): with a calibration, abstain on a question
             naming a word no block holds (see [`unknown_names`]); a call may override it.
         abstain_on_personal_questions (`bool`, *optional*): with a calibration, abstain on a question about its asker
@@ -243,6 +246,8 @@ class OpenQAPipeline(Pipeline):
                 `True`).
             exclude_cross_sentence_spans (`bool`, *optional*): leave out answers that run on past the end of a
                 sentence (default: `True`).
+            exclude_salutations (`bool`, *optional*): leave out answers holding a letter's greeting or closing
+                ("Dear Ms. Okafor", "Yours sincerely"; default: `True`).
             abstain_on_unknown_names (`bool`, *optional*): with a calibration, abstain where the question names a word
                 no block holds (default: `True`).
             abstain_on_personal_questions (`bool`, *optional*): with a calibration, abstain where the question asks
@@ -318,6 +323,7 @@ class OpenQAPipeline(Pipeline):
         exclude_question_spans: bool | None = None,
         exclude_unbalanced_spans: bool | None = None,
         exclude_cross_sentence_spans: bool | None = None,
+        exclude_salutations: bool | None = None,
         abstain_on_unknown_names: bool | None = None,
         abstain_on_personal_questions: bool | None = None,
         prefer_number_answers: bool | None = None,
@@ -329,6 +335,7 @@ class OpenQAPipeline(Pipeline):
         for params, name, value in ((forward_params, "exclude_question_spans", exclude_question_spans),
                                     (forward_params, "exclude_unbalanced_spans", exclude_unbalanced_spans),
                                     (forward_params, "exclude_cross_sentence_spans", exclude_cross_sentence_spans),
+                                    (forward_params, "exclude_salutations", exclude_salutations),
                                     (preprocess_params, "abstain_on_unknown_names", abstain_on_unknown_names),
                                     (preprocess_params, "abstain_on_personal_questions",
                                      abstain_on_personal_questions),
@@ -398,6 +405,7 @@ class OpenQAPipeline(Pipeline):
         exclude_question_spans: bool = True,
         exclude_unbalanced_spans: bool = True,
         exclude_cross_sentence_spans: bool = True,
+        exclude_salutations: bool = True,
         idf_coverage: bool | None = None,
         prefer_number_answers: bool = True,
         exclude_title_spans: bool | None = None,
@@ -426,6 +434,9 @@ class OpenQAPipeline(Pipeline):
         if exclude_cross_sentence_spans:
             crossing = cross_sentence_spans(spans, *self._sentence_end_ids())
             span_mask = _unless_none_left(span_mask & ~crossing, span_mask)
+        if exclude_salutations:
+            greeting = salutation_spans(spans, self._salutation_ids())
+            span_mask = _unless_none_left(span_mask & ~greeting, span_mask)
         if exclude_title_spans is None:
             exclude_title_spans = self._titles_are_headings()
         if exclude_title_spans:
@@ -820,6 +831,16 @@ class OpenQAPipeline(Pipeline):
             domains = [vocab[word] for word in DOMAIN_WORDS if word in vocab]
             ids = self._cached_sentence_end_ids = tuple(
                 torch.tensor(sorted(found), dtype=torch.long) for found in (ends, abbreviations, digits, domains)
+            )
+        return ids
+
+    def _salutation_ids(self) -> torch.Tensor:
+        """The wordpiece ids of `SALUTATION_WORDS` the vocabulary holds (cached)."""
+        ids = getattr(self, "_cached_salutation_ids", None)
+        if ids is None:
+            vocab = self.tokenizer.get_vocab()
+            ids = self._cached_salutation_ids = torch.tensor(
+                sorted(vocab[word] for word in SALUTATION_WORDS if word in vocab), dtype=torch.long
             )
         return ids
 
@@ -1726,6 +1747,25 @@ def cross_sentence_spans(
     return _count_in_spans(boundaries, starts, ends - 1) > 0
 
 
+# The words of a letter's greeting and closing, as an uncased vocabulary holds them.
+SALUTATION_WORDS = ("dear", "sincerely", "faithfully", "regards")
+
+
+def salutation_spans(spans, salutation_ids: torch.Tensor) -> torch.BoolTensor:
+    """Which candidate spans hold one of `salutation_ids` (`SALUTATION_WORDS`: "dear", "sincerely", ...): `(B, R, N)`.
+
+    A letter's greeting or closing answers nothing: a name in the question pulls the reader to the greeting that
+    repeats it ("When does Lena Okafor's membership start?" -> "Dear Ms. Lena Okafor", in a walkthrough over a gym's
+    letter), and "Yours sincerely" stood in for an address the letter did not give. No answer of the document sets
+    holds one of these words."""
+    reader_ids = spans.reader_input_ids  # (B, R, L)
+    device = reader_ids.device
+    starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
+    if starts.numel() == 0 or salutation_ids.numel() == 0:
+        return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
+    return _count_in_spans(torch.isin(reader_ids, salutation_ids.to(device)), starts, ends) > 0
+
+
 # How many of the most probable spans [`_answer_probabilities`] groups: spans further down add nothing measurable.
 ANSWER_POOL = 64
 # The reader's first spans among which the typed-answer rule looks for one of the kind asked for: it reorders the
@@ -2006,6 +2046,7 @@ __all__ = [
     "idf_coverage",
     "money_spans",
     "number_spans",
+    "salutation_spans",
     "spans_in_question",
     "speaks_in_person",
     "unbalanced_spans",
