@@ -1137,6 +1137,9 @@ def test_unknown_names_are_capitalised_question_words_no_block_holds():
     assert unknown_names("Who is the king of Zanzanryx?", counts) == ["Zanzanryx"]
     assert unknown_names("Who is the King of Spain?", counts) == []  # capitalised, but the corpus has it
     assert unknown_names("Who was the Maid of Orleans?", counts) == []  # accents do not matter
+    assert unknown_names("Which kings of Spain ruled on Sundays?", counts) == ["Sundays"]
+    counts_sunday, _ = document_frequencies(["The gym opens on Sunday at nine."])
+    assert unknown_names("Is the gym open on Sundays?", counts_sunday) == []  # a plural whose singular is known
     # lower-case words, the first word, short words, numbers, stop words and repeats are not names
     assert unknown_names("Zanzanryx ruled what kingdom in 1930?", counts) == []
     assert unknown_names("Is Zanzanryx The King of Qo and Zanzanryx?", counts) == ["Zanzanryx"]

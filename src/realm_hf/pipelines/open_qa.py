@@ -1900,7 +1900,9 @@ def unknown_names(question: str, frequencies: Counter) -> list[str]:
         if sum(character.isupper() for character in word) > 1:
             continue  # an abbreviation ("CEO", "WiFi") may stand spelled out in the corpus ("chief executive")
         if len(word) >= 3 and word.isalpha() and word[0].isupper() and word.lower() not in STOP_WORDS:
-            if all(frequencies.get(part, 0) == 0 for part in _words(word)) and word not in names:
+            # a plural is known where its singular is ("Is the gym open on Sundays?" over "Sunday: 9am to 4pm")
+            forms = [word, word[:-1]] if len(word) > 3 and word.endswith("s") else [word]
+            if all(frequencies.get(part, 0) == 0 for form in forms for part in _words(form)) and word not in names:
                 names.append(word)
     for found in _NUMBERED_NAME.finditer(question):
         before = question[: found.start()]
