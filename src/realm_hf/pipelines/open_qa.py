@@ -1371,8 +1371,8 @@ def asks_yes_or_no(question: str) -> bool:
     discount if I pay up front?", "Will solar panels be cheaper next year?") and asks for nothing besides (no "what",
     "when", "how", ...), offers no choice ("Is it on Monday or Tuesday?") and asks for nothing politely ("Can you tell
     me the price of ...?"). Its answer is never a span of a passage, so a calibrated model abstains (`yes_or_no`): the
-    28 such questions of the ten document sets read for calibration are all unanswerable there (the sets ask them
-    so), and the model shipped in session 28 answered 7 of them over its threshold, at confidences of 0.15 to 0.36;
+    28 such questions of the ten document sets read for calibration and evaluation are all unanswerable there (the
+    sets ask them so), and the model shipped in session 28 answered 7 of them over its threshold, at confidences of 0.15 to 0.36;
     of the 31 of the training sets, 3 have a span for an answer ("Is my bike covered if I leave it outside the
     shops?" -> "locked to a fixed object"). No question of the encyclopedic question sets is one."""
     return bool(_OPENING_VERB.search(question)) and not _ASKS_FOR_MORE.search(question)
