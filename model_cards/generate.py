@@ -527,7 +527,10 @@ def _whole_dev_section(whole_dev: dict, bm25_weight: float | None) -> list[str]:
     if not whole_dev.get("sets"):
         return []
     labels = whole_dev["labels"]
-    compared, others = labels[1], [label for label in labels if label != labels[1]]
+    compared = labels[1]
+    # a comparison column only for readings paired with the compared one somewhere (stored EM alone is not)
+    others = [label for label in labels if label != compared
+              and any(label in result["paired"] for result in whole_dev["sets"].values())]  # fmt: skip
     lines = [
         "",
         "### As served, on whole dev sets",
@@ -547,7 +550,7 @@ def _whole_dev_section(whole_dev: dict, bm25_weight: float | None) -> list[str]:
         + " | "
         + " | ".join(f"{compared} vs {label}" for label in others)
         + " |",
-        "|---|---:|" + "---:|" * (2 * len(labels) - 1),
+        "|---|---:|" + "---:|" * (len(labels) + len(others)),
     ]
     for name, result in whole_dev["sets"].items():
         cells = [_percent(result["exact_match"][label]) if label in result["exact_match"] else "-" for label in labels]
