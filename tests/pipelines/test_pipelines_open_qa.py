@@ -1393,6 +1393,27 @@ def test_asks_for_an_email_address(question, asks):
     assert asks_for_an_email_address(question) is asks
 
 
+@pytest.mark.parametrize(
+    ("text", "cut", "whole"),
+    [
+        (
+            "Write to ada.brook@tovarra.co.uk for help.",
+            "brook@tovarra",
+            "ada.brook@tovarra.co.uk",
+        ),  # not the full stop
+        ("To: Madoc <madoc@brackwin.co.uk> Subject", "madoc@brackwin", "madoc@brackwin.co.uk"),  # not the brackets
+        ("mail a@b.example, or call", "@b", "a@b.example"),  # not the comma
+        ("Call Ada Brook on 01872 445 227.", "Ada Brook", "Ada Brook"),  # no "@": as read
+    ],
+)
+def test_an_email_address_is_widened_to_the_whole_address(text, cut, whole):
+    from realm_hf.pipelines.open_qa import _whole_address
+
+    start = text.index(cut)
+    widened = _whole_address(text, start, start + len(cut))
+    assert text[slice(*widened)] == whole
+
+
 def test_a_question_asking_for_an_email_address_gets_a_whole_one_or_none(tmp_path):
     """ "what's the accountant's email address?" over a letter that gives none was answered "Yours sincerely" over the
     threshold: where no span read holds an "@" a calibrated model abstains; where one does it is the answer, the whole
