@@ -68,10 +68,11 @@ def answer_questions(
     `start`/`end`, the answer's character offsets in the evidence, `confidence` (calibrated, `None` for a model without
     `calibration.json`), `abstained` (the model does not know; `answer` is still its best guess), `unknown_names`
     (the question's names that no document mentions), `about_the_asker` (its words asking about the asker, "my",
-    where the documents never speak to or as a person) and `missing_units` (`["money"]` where it asks for an amount
-    of money and no passage read holds one, `["clock"]` for a time of day) and `yes_or_no` (the question asks for a
-    yes or a no, which no passage's words are): each alone makes a calibrated model abstain. A question that cannot be asked (empty, blank, not text) gets one dict `{"question", "error"}` in its
-    place instead, and the others are answered.
+    where the documents never speak to or as a person), `missing_units` (`["money"]` where it asks for an amount of
+    money and no passage read holds one; `"clock"`, `"temperature"`, `"email"` likewise for a time of day, a
+    temperature, an email address) and `yes_or_no` (the question asks for a yes or a no, which no passage's words
+    are): each alone makes a calibrated model abstain. A question that cannot be asked (empty, blank, not text) gets
+    one dict `{"question", "error"}` in its place instead, and the others are answered.
     """
     from transformers import pipeline
 

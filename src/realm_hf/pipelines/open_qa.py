@@ -37,8 +37,9 @@ speaks to or as a person, such as an encyclopedia ([`about_the_asker`], [`speaks
 "your" is asked such questions; `abstain_on_personal_questions=False` turns it off). Over a user's own index
 (`index=`, `searcher=`) the rule is off by default: their documents are about them, in whatever person they are
 written ("How much is my deposit?" over a tenancy agreement that says "the tenant"). And it abstains on a question
-asking for an amount of money ("How much did Tovarra pay?") or a time of day ("What time ...?") where no passage read
-holds one (`missing_units`, `UNITS_NEVER_GUESSED`; with `prefer_number_answers`, which finds the amounts). Nor
+asking for an amount of money ("How much did Tovarra pay?"), a time of day ("What time ...?"), a temperature or an
+email address where no passage read holds one (`missing_units`, `UNITS_NEVER_GUESSED`; with `prefer_number_answers`,
+which finds the amounts). Nor
 does it answer a question asking for a yes or a no ("Did I already pay the deposit?", [`asks_yes_or_no`]): its answers
 are words of the passages, never a yes or a no (`yes_or_no`); the passage it read is still shown.
 """
@@ -138,8 +139,8 @@ class OpenQAPipeline(Pipeline):
       `calibration.json` (see `realm_hf.evaluation.calibration`); `None` for a model without one.
     - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`), or the question
       names something the corpus never mentions (`unknown_names`), or asks about its asker where the corpus cannot
-      say (`about_the_asker`), or for an amount of money or a time of day where no passage read holds one
-      (`missing_units`), or asks for a yes or a no (`yes_or_no`): the model does not know; `answer` is still its
+      say (`about_the_asker`), or for an amount of money, a time of day, a temperature or an email address where no
+      passage read holds one (`missing_units`), or asks for a yes or a no (`yes_or_no`): the model does not know; `answer` is still its
       best guess ([`abstains_whatever_the_confidence`]). Always `False` without a calibration, and with a threshold
       of 0.
     - `threshold` (`float` or `None`): the confidence below which this answer is abstained on: the calibration's
@@ -150,7 +151,9 @@ class OpenQAPipeline(Pipeline):
       never speaks to or as a person; checked only with a calibration, else `[]`.
     - `missing_units` (`list[str]`): `["money"]` where the question asks for an amount of money ("How much ...?",
       "What does ... cost?") and no span of the passages read holds one, `["clock"]` where it asks "What time ...?"
-      and none holds a time of day; else `[]`.
+      and none holds a time of day, `["temperature"]` where it asks for a temperature ("What is the boiling point
+      of water?") and none holds one, `["email"]` where it asks for an email address and none holds an "@"; else
+      `[]`.
     - `yes_or_no` (`bool`): the question asks for a yes or a no ([`asks_yes_or_no`]), which no span of a passage is.
 
     A call returns one dict per question with `top_k=1`, else a list of up to `top_k` dicts, best first (fewer when
@@ -525,17 +528,13 @@ class OpenQAPipeline(Pipeline):
                      for unit, can in zip(UNITS_NEVER_GUESSED, writable)]
                     for row, (names, read) in enumerate(zip(units, read_units))
                 ])  # fmt: skip
-        if prefer_number_answers:
             # An email address is written with an "@": where a span read holds one it is the answer, and where none
             # does there is none to give ("what's the accountant's email address?" over a letter that gives none was
             # answered "Yours sincerely" at a confidence over the threshold).
             emailed = asks("asks_for_an_email_address", asks_for_an_email_address)
             at_ids = self._unit_ids()["email"]
             if bool(emailed.any()) and at_ids.numel() > 0:
-                reader_ids = spans.reader_input_ids
-                at = torch.isin(reader_ids, at_ids.to(reader_ids.device))
-                starts, ends = spans.candidate_starts.to(reader_ids.device), spans.candidate_ends.to(reader_ids.device)
-                with_at = (_count_in_spans(at, starts, ends) > 0).to(span_mask.device) & span_mask
+                with_at = _spans_holding(spans, at_ids).to(span_mask.device) & span_mask
                 found = with_at.flatten(1).any(-1)
                 demoted = demoted | (~with_at & (emailed & found)[:, None, None])
                 missing_units[:, UNITS_NEVER_GUESSED.index("email")] = (emailed & ~found).cpu()
@@ -1758,12 +1757,17 @@ def salutation_spans(spans, salutation_ids: torch.Tensor) -> torch.BoolTensor:
     repeats it ("When does Lena Okafor's membership start?" -> "Dear Ms. Lena Okafor", in a walkthrough over a gym's
     letter), and "Yours sincerely" stood in for an address the letter did not give. No answer of the document sets
     holds one of these words."""
+    return _spans_holding(spans, salutation_ids)
+
+
+def _spans_holding(spans, ids: torch.Tensor) -> torch.BoolTensor:
+    """`(B, R, N)`: which candidate spans hold one of the wordpieces `ids`."""
     reader_ids = spans.reader_input_ids  # (B, R, L)
     device = reader_ids.device
     starts, ends = spans.candidate_starts.to(device), spans.candidate_ends.to(device)
-    if starts.numel() == 0 or salutation_ids.numel() == 0:
+    if starts.numel() == 0 or ids.numel() == 0:
         return torch.zeros(reader_ids.shape[:-1] + starts.shape, dtype=torch.bool, device=device)
-    return _count_in_spans(torch.isin(reader_ids, salutation_ids.to(device)), starts, ends) > 0
+    return _count_in_spans(torch.isin(reader_ids, ids.to(device)), starts, ends) > 0
 
 
 # How many of the most probable spans [`_answer_probabilities`] groups: spans further down add nothing measurable.
