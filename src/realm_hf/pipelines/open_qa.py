@@ -1371,9 +1371,9 @@ def asks_yes_or_no(question: str) -> bool:
     "when", "how", ...), offers no choice ("Is it on Monday or Tuesday?") and asks for nothing politely ("Can you tell
     me the price of ...?"). Its answer is never a span of a passage, so a calibrated model abstains (`yes_or_no`): the
     28 such questions of the ten document sets read for calibration and evaluation are all unanswerable there (the
-    sets ask them so), and the model shipped in session 28 answered 7 of them over its threshold, at confidences of 0.15 to 0.36;
-    of the 31 of the training sets, 3 have a span for an answer ("Is my bike covered if I leave it outside the
-    shops?" -> "locked to a fixed object"). No question of the encyclopedic question sets is one."""
+    sets ask them so), and the model shipped in session 28 answered 7 of them over its threshold, at confidences of
+    0.15 to 0.36; of the 31 of the training sets, 3 have a span for an answer ("Is my bike covered if I leave it
+    outside the shops?" -> "locked to a fixed object"). No question of the encyclopedic question sets is one."""
     return bool(_OPENING_VERB.search(question)) and not _ASKS_FOR_MORE.search(question)
 
 
@@ -1395,8 +1395,8 @@ def asks_for_an_email_address(question: str) -> bool:
 def abstains_whatever_the_confidence(answer: dict) -> bool:
     """Whether a calibrated model abstains on an answer whatever its confidence, from the reasons the pipeline gives
     with it: its question names something no document mentions (`unknown_names`), asks about its asker where the
-    documents cannot say (`about_the_asker`), asks for an amount of money or a time of day that no passage read holds
-    (`missing_units`), or asks for a yes or a no (`yes_or_no`)."""
+    documents cannot say (`about_the_asker`), asks for an amount of money, a time of day, a temperature or an email
+    address that no passage read holds (`missing_units`), or asks for a yes or a no (`yes_or_no`)."""
     return bool(answer.get("unknown_names") or answer.get("about_the_asker") or answer.get("missing_units")
                 or answer.get("yes_or_no"))  # fmt: skip
 
