@@ -19,8 +19,8 @@ are left out before the best ones are chosen, and `score` is renormalised over t
 keeps them, as `RealmForOpenQA.forward` does). Nor is a span that opens a bracket it does not close ("The Four Seasons
 (Vivaldi"; `exclude_unbalanced_spans=False` keeps those), or one that runs on past the end of a sentence ("4 weeks.
 After that, clothing"; `exclude_cross_sentence_spans=False`), or one holding a letter's greeting or closing ("Dear Ms.
-Lena Okafor", "Yours sincerely"; [`salutation_spans`], `exclude_salutations=False`). A question that asks for a number ("How many ...", "How long
-...", "In what year ...") is answered with a span that holds one where the blocks read have one, and a year with a span
+Lena Okafor", "Yours sincerely"; [`salutation_spans`], `exclude_salutations=False`). A question that asks for a
+number ("How many ...", "How long ...", "In what year ...") is answered with a span that holds one where the blocks read have one, and a year with a span
 that is one number ("1912", not "15 April 1912"): such spans are ranked first, each with its own probability
 ([`number_spans`], [`whole_number_spans`]; `prefer_number_answers=False` turns it off). Likewise a question that asks
 for someone ("Who ...", "Which scientist ...") is answered with a span that reads like a name where any does ("Who
@@ -140,9 +140,9 @@ class OpenQAPipeline(Pipeline):
     - `abstained` (`bool`): `confidence < threshold` (the calibration's, or `abstention_threshold`), or the question
       names something the corpus never mentions (`unknown_names`), or asks about its asker where the corpus cannot
       say (`about_the_asker`), or for an amount of money, a time of day, a temperature or an email address where no
-      passage read holds one (`missing_units`), or asks for a yes or a no (`yes_or_no`): the model does not know; `answer` is still its
-      best guess ([`abstains_whatever_the_confidence`]). Always `False` without a calibration, and with a threshold
-      of 0.
+      passage read holds one (`missing_units`), or asks for a yes or a no (`yes_or_no`): the model does not know;
+      `answer` is still its best guess ([`abstains_whatever_the_confidence`]). Always `False` without a calibration,
+      and with a threshold of 0.
     - `threshold` (`float` or `None`): the confidence below which this answer is abstained on: the calibration's
       (its documents threshold over a user's own index), or `abstention_threshold`; `None` without a calibration.
     - `unknown_names` (`list[str]`): the question's names (capitalised words after its first) that no block of the
@@ -1263,7 +1263,8 @@ def answers_with_features(
                                 "unknown_names": unknown_names(question, frequencies[0]),
                                 "about_the_asker": _unanswerable_asker_words(question, frequencies)
                                 if open_qa._searches_own_index() else [],
-                                "missing_units": answer["missing_units"], "yes_or_no": answer["yes_or_no"]})  # fmt: skip
+                                "missing_units": answer["missing_units"],
+                                "yes_or_no": answer["yes_or_no"]})  # fmt: skip
             bar.update(len(batch))
     return results
 
